@@ -1,0 +1,39 @@
+"""The trainer callback that records each logged step: metrics.jsonl, health alerts, W&B summary."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from grpo_exp.metrics import append_metrics
+from grpo_exp.monitor import Alert, HealthMonitor
+
+log = logging.getLogger("grpo_exp.monitor")
+
+
+class JobCallback(TrainerCallback):
+    """Writes every log to ``metrics.jsonl`` and reports health alerts as they appear."""
+
+    def __init__(self, metrics_path: Path, monitor: HealthMonitor, run: Any | None) -> None:
+        self.metrics_path = metrics_path
+        self.monitor = monitor
+        self.run = run
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        append_metrics(self.metrics_path, state.global_step, logs)
+        self._report(self.monitor.observe(state.global_step, logs))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self._report(self.monitor.finish(state.global_step))
+
+    def _report(self, alerts: list[Alert]) -> None:
+        for alert in alerts:
+            log.warning("step %d: %s", alert.step, alert.message)
+            if self.run is not None:
+                self.run.summary[f"alerts/{alert.kind}"] = alert.step

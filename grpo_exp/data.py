@@ -1,0 +1,161 @@
+"""Prompt datasets: the shipped scenarios, the user's JSON file (the article's case) and hub datasets.
+
+Loaders are registered by ``dataset.source``. ``check_dataset`` looks at a file without loading
+``datasets`` so bad input fails before the model loads; ``load_prompts`` builds the training set.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grpo_exp.config import DatasetSettings
+from grpo_exp.errors import UserError
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from transformers import PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
+
+Loader = Callable[[DatasetSettings], "Dataset"]
+_LOADERS: dict[str, Loader] = {}
+
+
+def loader(source: str) -> Callable[[Loader], Loader]:
+    """Register a dataset loader for ``dataset.source``."""
+
+    def add(fn: Loader) -> Loader:
+        if source in _LOADERS:
+            raise ValueError(f"dataset source {source!r} is registered twice")
+        _LOADERS[source] = fn
+        return fn
+
+    return add
+
+
+def shipped_file(name: str) -> Path:
+    """A data file shipped inside the package (prompts, warm-up fragments)."""
+    return Path(str(resources.files("grpo_exp") / "data" / name))
+
+
+def builtin_names() -> list[str]:
+    """The shipped prompt sets usable as ``dataset.name`` with ``source: builtin``."""
+    data = shipped_file("")
+    return sorted(p.stem for p in data.glob("*.jsonl") if not p.stem.endswith(("_passages", "_replies")))
+
+
+@loader("builtin")
+def _load_builtin(cfg: DatasetSettings) -> Dataset:
+    return _load_json_file(_builtin_path(cfg))
+
+
+@loader("json")
+def _load_json(cfg: DatasetSettings) -> Dataset:
+    return _load_json_file(Path(str(cfg.path)))
+
+
+@loader("hub")
+def _load_hub(cfg: DatasetSettings) -> Dataset:
+    from datasets import load_dataset
+
+    return load_dataset(cfg.name, cfg.subset, split=cfg.split)
+
+
+def _load_json_file(path: Path) -> Dataset:
+    from datasets import Dataset
+
+    return Dataset.from_list(read_records(path))
+
+
+def _builtin_path(cfg: DatasetSettings) -> Path:
+    if cfg.name not in builtin_names():
+        raise UserError(f"no shipped dataset {cfg.name!r}; shipped: {', '.join(builtin_names())}")
+    return shipped_file(f"{cfg.name}.jsonl")
+
+
+def read_records(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """Records of a JSON array or JSON Lines file (the article's ``prompts.json`` may be either)."""
+    text = path.read_text(encoding="utf-8")
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith("["):
+            records = json.loads(stripped)
+        else:
+            lines = [line for line in stripped.splitlines() if line.strip()]
+            records = [json.loads(line) for line in lines[:limit]]
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path} is not valid JSON or JSON Lines ({exc.msg} at line {exc.lineno})") from None
+    if not all(isinstance(r, dict) for r in records):
+        raise UserError(f"{path} must hold JSON objects (records with a 'prompt' field)")
+    return records[:limit] if limit else records
+
+
+def check_dataset(cfg: DatasetSettings) -> None:
+    """Fail early, in one line, on a dataset the trainer could not use."""
+    if cfg.source not in _LOADERS:
+        raise UserError(f"unknown dataset.source {cfg.source!r}; known: {', '.join(sorted(_LOADERS))}")
+    if cfg.source == "hub":
+        if not cfg.name:
+            raise UserError("dataset=hub needs a name: add dataset.name=<hub dataset>")
+        return
+    if cfg.source == "json":
+        if not cfg.path:
+            raise UserError("dataset=json needs a file: add dataset.path=prompts.json")
+        path = Path(cfg.path)
+        if not path.is_file():
+            raise UserError(f"dataset.path={cfg.path}: no such file (relative paths start at {Path.cwd()})")
+    else:
+        path = _builtin_path(cfg)
+    if not path.read_text(encoding="utf-8").strip():
+        raise UserError(f"{path} is empty: it needs records with a {cfg.prompt_field!r} field")
+    first = read_records(path, limit=1)
+    if not first:
+        raise UserError(f"{path} holds no records: it needs records with a {cfg.prompt_field!r} field")
+    fields = sorted(first[0])
+    if cfg.prompt_field not in first[0]:
+        close = difflib.get_close_matches(cfg.prompt_field, fields, n=1) or fields[:1]
+        hint = f"; if the prompts are in {close[0]!r}, add dataset.prompt_field={close[0]}" if close else ""
+        raise UserError(f"{path}: records have no {cfg.prompt_field!r} field (fields found: {fields}){hint}")
+
+
+def load_prompts(cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase) -> Dataset:
+    """The training set: a ``prompt`` column in the shape TRL expects, long prompts dropped."""
+    dataset = _LOADERS[cfg.source](cfg)
+    if cfg.prompt_field not in dataset.column_names:
+        raise UserError(f"dataset has no {cfg.prompt_field!r} column (columns: {dataset.column_names})")
+    if cfg.num_samples:
+        dataset = dataset.select(range(min(cfg.num_samples, len(dataset))))
+    dataset = dataset.map(lambda r: {"prompt": format_prompt(r[cfg.prompt_field], cfg)})
+    before = len(dataset)
+    dataset = dataset.filter(lambda r: prompt_tokens(r["prompt"], tokenizer) <= cfg.max_prompt_tokens)
+    dropped = before - len(dataset)
+    if dropped:
+        log.warning("dropped %d of %d prompts longer than %d tokens", dropped, before, cfg.max_prompt_tokens)
+    if not len(dataset):
+        raise UserError(f"every prompt is longer than dataset.max_prompt_tokens={cfg.max_prompt_tokens}")
+    log.info("loaded %d prompts (%s)", len(dataset), cfg.name or cfg.path)
+    return dataset
+
+
+def format_prompt(prompt: Any, cfg: DatasetSettings) -> Any:
+    """A string prompt, or a list of chat messages when ``dataset.chat`` is on."""
+    if not cfg.chat or not isinstance(prompt, str):
+        return prompt
+    system = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
+    return [*system, {"role": "user", "content": prompt}]
+
+
+def prompt_tokens(prompt: Any, tokenizer: PreTrainedTokenizerBase) -> int:
+    """Tokens the model sees for ``prompt``, chat template included."""
+    if isinstance(prompt, str):
+        return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return len(ids)

@@ -1,0 +1,76 @@
+"""Per-step metrics on disk (``metrics.jsonl``) and the run summary computed from them.
+
+W&B offline files can't be read back, so every job also keeps its own metrics: one JSON object per
+logging step with TRL's keys (``reward``, ``reward_std``, ``kl``, ``rewards/<part>/mean``, ...).
+``summarize`` is shared by the job's ``summary.json`` and the sweep report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+# First and last "tenth" of the logged steps, as the acceptance criterion reads; never fewer than one.
+EDGE_FRACTION = 0.1
+
+
+def append_metrics(path: Path, step: int, logs: dict[str, Any]) -> None:
+    """Add one logging step's numbers to ``path``."""
+    row = {"step": step, **{k: v for k, v in logs.items() if isinstance(v, int | float)}}
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row) + "\n")
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The training steps of a ``metrics.jsonl`` (rows that carry a reward), skipping torn lines."""
+    rows = []
+    if not path.is_file():
+        return rows
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a killed job
+        if isinstance(row, dict) and "reward" in row:
+            rows.append(row)
+    return rows
+
+
+def summarize(rows: list[dict[str, Any]], kl_threshold: float) -> dict[str, Any]:
+    """First/last/peak mean reward, reward std, KL and their excursions over a run's steps."""
+    rewards = _series(rows, "reward")
+    kls = _series(rows, "kl")
+    edge = max(1, math.ceil(len(rewards) * EDGE_FRACTION))
+    per_part = sorted({k for row in rows for k in row if k.startswith("rewards/") and k.endswith("/mean")})
+    return {
+        "steps": rows[-1]["step"] if rows else 0,
+        "logged_steps": len(rows),
+        "first_reward": _mean(rewards[:edge]),
+        "final_reward": _mean(rewards[-edge:]),
+        "peak_reward": max(rewards, default=None),
+        "first_reward_std": _mean(_series(rows, "reward_std")[:edge]),
+        "final_reward_std": _mean(_series(rows, "reward_std")[-edge:]),
+        "mean_kl": _mean(kls),
+        "max_kl": max(kls, default=None),
+        "final_kl": _mean(kls[-edge:]),
+        "steps_above_kl_threshold": sum(k > kl_threshold for k in kls),
+        "frac_reward_zero_std": _mean(_series(rows, "frac_reward_zero_std")),
+        "parts": {k.split("/")[1]: _mean(_series(rows, k)[-edge:]) for k in per_part},
+    }
+
+
+def write_summary(path: Path, summary: dict[str, Any]) -> None:
+    path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _series(rows: Iterable[dict[str, Any]], key: str) -> list[float]:
+    return [float(r[key]) for r in rows if isinstance(r.get(key), int | float) and math.isfinite(r[key])]
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None

@@ -1,0 +1,90 @@
+"""Compose and validate every job of a command before Hydra starts any of them.
+
+Hydra composes a sweep's jobs one by one as it runs them, so a bad value in the ninth job would
+surface after eight have trained. Here every combination (command-line sweeps and
+``hydra.sweeper.params`` alike) is composed and validated first, and the first problem is reported
+as one line. Range sweeps of the Optuna sweeper are checked at both ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import IntervalSweep, Override
+from omegaconf import DictConfig
+
+from grpo_exp.config import register_schema, to_settings
+from grpo_exp.errors import UserError, describe_config_error
+from grpo_exp.validate import validate
+
+# Beyond this many combinations only the first are checked, so checking stays well under a minute.
+MAX_CHECKED_JOBS = 64
+
+
+def check_command(config_dir: Path, config_name: str, overrides: Sequence[str], multirun: bool) -> list[str]:
+    """Compose and validate each job the command would run; returns the warnings of the first."""
+    register_schema()
+    with initialize_config_dir(config_dir=str(config_dir.resolve()), version_base="1.3"):
+        jobs = list(job_overrides(config_name, overrides)) if multirun else [list(overrides)]
+        warnings: list[str] = []
+        for i, job in enumerate(jobs[:MAX_CHECKED_JOBS]):
+            cfg = compose_job(config_name, job)
+            job_warnings = validate(to_settings(cfg))
+            if i == 0:
+                warnings = job_warnings
+        return warnings
+
+
+def compose_job(config_name: str, overrides: Sequence[str]) -> DictConfig:
+    """One job's config, or a one-line UserError describing why Hydra could not compose it."""
+    try:
+        return compose(config_name=config_name, overrides=list(overrides))
+    except Exception as exc:  # Hydra and OmegaConf raise many types; all of them are the user's input
+        raise UserError(describe_config_error(exc)) from None
+
+
+def job_overrides(config_name: str, overrides: Sequence[str]) -> Iterator[list[str]]:
+    """The override list of every job in the sweep, as the basic sweeper would expand it."""
+    plain = [o for o in _parse(overrides) if not o.is_sweep_override()]
+    base = compose_job_with_hydra(config_name, [o.input_line for o in plain if o.input_line])
+    params = base.hydra.sweeper.get("params") or {}
+    parsed = _parse([f"{k}={v}" for k, v in params.items()] + list(overrides))
+    choices: dict[str, list[str]] = {}
+    for override in parsed:
+        choices[override.get_key_element()] = list(_values(override))
+    keys = list(choices)
+    for combo in itertools.product(*(choices[k] for k in keys)):
+        yield [f"{k}={v}" for k, v in zip(keys, combo, strict=True)]
+
+
+def compose_job_with_hydra(config_name: str, overrides: list[str]) -> DictConfig:
+    try:
+        return compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+    except Exception as exc:
+        raise UserError(describe_config_error(exc)) from None
+
+
+def _parse(overrides: Sequence[str]) -> list[Override]:
+    try:
+        return OverridesParser.create().parse_overrides(list(overrides))
+    except Exception as exc:
+        raise UserError(describe_config_error(exc)) from None
+
+
+def _values(override: Override) -> Iterator[str]:
+    if not override.is_sweep_override():
+        yield override.get_value_element_as_str()
+    elif isinstance(override.value(), IntervalSweep):
+        sweep = override.value()
+        yield from (_number(sweep.start), _number(sweep.end))
+    else:
+        yield from override.sweep_string_iterator()
+
+
+def _number(value: float) -> str:
+    """An interval end as an override value; whole numbers stay integers (``int(interval(4, 8))``)."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))

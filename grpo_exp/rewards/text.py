@@ -1,0 +1,63 @@
+"""Reward parts for text replies: the building blocks of the article's rewards.
+
+Each function scores plain-text completions; the article's formulas come from combining these
+with the weights in conf/reward/*.yaml (customer_service, customer_service_multi, content_creation).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from grpo_exp.rewards.registry import register
+
+
+@register("regex_match")
+def regex_match(completions: list[str], *, pattern: str, **_: Any) -> list[float]:
+    """1.0 where ``re.match(pattern, reply)`` succeeds, else 0.0 (the article's format checks)."""
+    compiled = re.compile(pattern)
+    return [1.0 if compiled.match(c) else 0.0 for c in completions]
+
+
+@register("answer_coverage")
+def answer_coverage(completions: list[str], *, column: str, **columns: Any) -> list[float | None]:
+    """Share of the sample's required answers (dataset ``column``) found in the reply.
+
+    The article reads ``required_answers`` from a global; here each prompt carries its own list.
+    A sample without required answers is not scored (None) rather than given a free 1.0.
+    """
+    if column not in columns:
+        raise KeyError(f"answer_coverage needs the dataset column {column!r}; columns: {sorted(columns)}")
+    scores: list[float | None] = []
+    for reply, answers in zip(completions, columns[column], strict=True):
+        answers = _as_list(answers)
+        scores.append(sum(a in reply for a in answers) / len(answers) if answers else None)
+    return scores
+
+
+@register("contains_all")
+def contains_all(completions: list[str], *, words: Sequence[str], **_: Any) -> list[float]:
+    """1.0 where the reply contains every one of ``words`` (the article's tone check: 请 and 谢谢)."""
+    return [1.0 if all(w in c for w in words) else 0.0 for c in completions]
+
+
+@register("length_score")
+def length_score(completions: list[str], *, target: int, **_: Any) -> list[float]:
+    """``-|target - len(reply)| / target``: 0 at the target length, falling linearly either side."""
+    return [-abs(target - len(c)) / target for c in completions]
+
+
+@register("keyword_share")
+def keyword_share(completions: list[str], *, keywords: Sequence[str], **_: Any) -> list[float]:
+    """Share of ``keywords`` that appear in the reply."""
+    return [sum(k in c for k in keywords) / len(keywords) for c in completions]
+
+
+def _as_list(value: Any) -> list[str]:
+    """Dataset columns arrive as lists, or as one string when a record has a single answer."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return list(value)

@@ -1,0 +1,112 @@
+"""Weights & Biases: one run per Hydra job, named, grouped and tagged so sweeps compare at a glance.
+
+The run is opened here, before the trainer, so it carries our name, group, tags and config;
+transformers' WandbCallback then reuses it for ``train/*`` metrics. Every run is finished on the
+way out, marked failed when the job raised, so the next job of a sweep gets a run of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_exp.config import LoggerSettings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "https://api.wandb.ai"
+
+
+@dataclass
+class RunIdentity:
+    """What names a job's run, from Hydra's job info (``identity_from_hydra``)."""
+
+    name: str
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+    # The job's command-line overrides; top-level W&B config keys, so runs group and plot by them.
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+def identity_from_hydra() -> RunIdentity:
+    """Name from the job's overrides, tags from its config choices, group from the sweep folder."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import RunMode
+
+    hydra_cfg = HydraConfig.get()
+    parsed = OverridesParser.create().parse_overrides(list(hydra_cfg.overrides.task))
+    overrides = {o.key_or_group: o.value() for o in parsed if not o.key_or_group.startswith(("hydra.", "logger."))}
+    name = ",".join(f"{k}={v}" for k, v in overrides.items()) or "defaults"
+    tags = [
+        f"{group}:{choice}"
+        for group, choice in hydra_cfg.runtime.choices.items()
+        if choice and not group.startswith("hydra")
+    ]
+    group = None
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        sweep_dir = Path(hydra_cfg.sweep.dir)
+        group = f"{sweep_dir.parent.name}_{sweep_dir.name}"
+    return RunIdentity(name=name, group=group, tags=tags, overrides=overrides)
+
+
+def logged_in() -> bool:
+    """Whether W&B has credentials here (env var or ~/.netrc), without prompting or network."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        from wandb.sdk.lib.wbauth import read_netrc_auth
+
+        return read_netrc_auth(host=os.environ.get("WANDB_BASE_URL", DEFAULT_HOST)) is not None
+    except Exception:  # an unreadable netrc means no usable login
+        return False
+
+
+def resolve_mode(settings: LoggerSettings) -> str:
+    """``auto`` becomes WANDB_MODE when set, else online with a login and offline without."""
+    if settings.backend == "none":
+        return "disabled"
+    if settings.mode != "auto":
+        return settings.mode
+    return os.environ.get("WANDB_MODE") or ("online" if logged_in() else "offline")
+
+
+@contextlib.contextmanager
+def wandb_run(
+    settings: LoggerSettings, identity: RunIdentity, config: dict[str, Any], output_dir: Path
+) -> Iterator[Any | None]:
+    """An active W&B run for the job (None when tracking is off); finished, or failed, on exit.
+
+    ``config`` (the resolved job config) is nested under ``grpo_exp`` so the TrainingArguments that
+    transformers writes at the top level can't clash with it; the overrides sit beside it.
+    """
+    mode = resolve_mode(settings)
+    if mode == "disabled":
+        yield None
+        return
+    import wandb
+
+    run = wandb.init(
+        project=settings.project,
+        entity=settings.entity,
+        name=settings.name or identity.name,
+        group=settings.group or identity.group,
+        tags=[*identity.tags, *settings.tags],
+        job_type=settings.job_type,
+        config={"grpo_exp": config, **identity.overrides},
+        dir=str(output_dir),
+        mode=mode,
+        reinit="finish_previous",
+    )
+    log.info("W&B run %s (%s) in %s", run.name, mode, run.dir if mode == "offline" else run.url)
+    try:
+        yield run
+    except BaseException:
+        run.finish(exit_code=1)
+        raise
+    run.finish()

@@ -1,0 +1,141 @@
+"""One GRPO job: model, prompts and rewards from the config into TRL's GRPOTrainer, results on disk.
+
+Writes to the job folder: ``config.yaml`` (resolved), ``metrics.jsonl`` (every logged step),
+``summary.json`` (also when the job fails), ``model/`` (final weights or LoRA adapter), and the
+W&B run (``wandb/`` when offline).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from grpo_exp import data, hardware, models
+from grpo_exp.config import ExperimentConfig
+from grpo_exp.errors import describe_failure
+from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE, read_metrics, summarize, write_summary
+from grpo_exp.monitor import HealthMonitor
+from grpo_exp.rewards.compose import build_rewards
+from grpo_exp.tracking import RunIdentity, wandb_run
+
+log = logging.getLogger(__name__)
+
+
+def train(settings: ExperimentConfig, cfg: DictConfig, output_dir: Path, identity: RunIdentity) -> float:
+    """Run the job; returns the mean reward of its last steps (the sweep objective)."""
+    started = time.perf_counter()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True), encoding="utf-8")
+    monitor = HealthMonitor(settings.monitor)
+    outcome: dict[str, Any] = {"status": "failed"}
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    with wandb_run(settings.logger, identity, resolved, output_dir) as run:
+        try:
+            trainer = build_trainer(settings, output_dir, monitor, run)
+            outcome["startup_s"] = round(time.perf_counter() - started, 2)
+            trainer.train()
+            if settings.save_model:
+                trainer.save_model(str(output_dir / "model"))
+            outcome["status"] = "completed"
+        except BaseException as exc:
+            outcome["error"] = describe_failure(exc)
+            outcome["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            raise
+        finally:
+            outcome["wall_time_s"] = round(time.perf_counter() - started, 2)
+            summary = _summary(settings, output_dir, monitor, identity, outcome)
+            if run is not None:
+                run.summary.update({f"summary/{k}": v for k, v in summary.items() if _scalar(v)})
+    return summary["final_reward"] if summary["final_reward"] is not None else float("nan")
+
+
+def build_trainer(settings: ExperimentConfig, output_dir: Path, monitor: HealthMonitor, run: Any):
+    """Everything heavy happens here: torch, transformers and trl load, the model loads."""
+    from transformers import set_seed
+    from trl import GRPOTrainer
+
+    from grpo_exp.callbacks import JobCallback
+
+    set_seed(settings.seed)
+    gpu = settings.device != "cpu" and hardware.cuda_available()
+    path = models.model_path(settings.model)
+    model, tokenizer = models.load(settings.model, path, gpu)
+    dataset = data.load_prompts(settings.dataset, tokenizer)
+    reward_funcs, weights = build_rewards(settings.reward)
+    return GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=reward_funcs,
+        args=grpo_config(settings, output_dir, weights, gpu, report_to_wandb=run is not None),
+        train_dataset=dataset,
+        peft_config=models.lora_config(settings.model),
+        callbacks=[JobCallback(output_dir / METRICS_FILE, monitor, run)],
+    )
+
+
+def grpo_config(settings: ExperimentConfig, output_dir: Path, weights: list[float], gpu: bool, report_to_wandb: bool):
+    """TRL's GRPOConfig from our config groups; on CPU: use_cpu, no bf16, no vLLM."""
+    from trl import GRPOConfig
+
+    g, opt = settings.grpo, settings.optimizer
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        seed=settings.seed,
+        use_cpu=not gpu,
+        bf16=gpu,
+        report_to=["wandb"] if report_to_wandb else "none",
+        disable_tqdm=False,
+        learning_rate=opt.lr,
+        optim=opt.name,
+        weight_decay=opt.weight_decay,
+        warmup_steps=opt.warmup_steps,
+        lr_scheduler_type=opt.scheduler,
+        max_grad_norm=opt.max_grad_norm,
+        gradient_accumulation_steps=opt.gradient_accumulation_steps,
+        adam_beta1=opt.adam_beta1,
+        adam_beta2=opt.adam_beta2,
+        num_generations=g.num_generations,
+        per_device_train_batch_size=g.per_device_train_batch_size,
+        max_completion_length=g.max_completion_length,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        beta=g.beta,
+        epsilon=g.epsilon,
+        loss_type=g.loss_type,
+        scale_rewards=g.scale_rewards,
+        num_iterations=g.num_iterations,
+        num_train_epochs=g.num_train_epochs,
+        max_steps=g.max_steps,
+        logging_steps=g.logging_steps,
+        save_strategy="steps" if g.save_steps else "no",
+        save_steps=g.save_steps or 1,
+        use_vllm=g.use_vllm and gpu,
+        vllm_mode=g.vllm_mode,
+        vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization,
+        mask_truncated_completions=g.mask_truncated_completions,
+        log_completions=g.log_completions,
+        reward_weights=weights,
+    )
+
+
+def _summary(
+    settings: ExperimentConfig, output_dir: Path, monitor: HealthMonitor, identity: RunIdentity, outcome: dict
+) -> dict[str, Any]:
+    rows = read_metrics(output_dir / METRICS_FILE)
+    summary = {
+        "name": identity.name,
+        **outcome,
+        **summarize(rows, settings.monitor.kl_threshold),
+        "alerts": [{"kind": a.kind, "step": a.step, "message": a.message} for a in monitor.alerts],
+        "overrides": {k: v if _scalar(v) else str(v) for k, v in identity.overrides.items()},
+    }
+    write_summary(output_dir / SUMMARY_FILE, summary)
+    return summary
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float) or value is None

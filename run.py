@@ -1,0 +1,18 @@
+"""Run one GRPO experiment, or a sweep with -m. See README.md and `python run.py --help`."""
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from grpo_exp import cli
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    return cli.run_job(cfg)
+
+
+if __name__ == "__main__":
+    cli.preflight(sys.argv[1:])
+    main()
