@@ -1,4 +1,4 @@
-"""The trainer callback that records each logged step: metrics.jsonl, health alerts, W&B summary."""
+"""Trainer callbacks: recording each logged step, and a progress bar that shows the GRPO signals."""
 
 from __future__ import annotations
 
@@ -7,11 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.trainer_callback import ProgressCallback
 
 from grpo_exp.metrics import append_metrics
 from grpo_exp.monitor import Alert, HealthMonitor
 
 log = logging.getLogger("grpo_exp.monitor")
+
+# What the progress bar shows after each logging step (TRL's log keys, short labels).
+BAR_FIELDS = {"reward": "reward", "reward_std": "std", "kl": "kl", "completions/mean_length": "len"}
 
 
 class JobCallback(TrainerCallback):
@@ -37,3 +41,13 @@ class JobCallback(TrainerCallback):
             log.warning("step %d: %s", alert.step, alert.message)
             if self.run is not None:
                 self.run.summary[f"alerts/{alert.kind}"] = alert.step
+
+
+class SignalProgress(ProgressCallback):
+    """transformers' progress bar, with reward, reward std and KL beside it instead of a dict per step."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None and logs:
+            shown = {label: f"{logs[key]:.3g}" for key, label in BAR_FIELDS.items() if key in logs}
+            if shown:
+                self.training_bar.set_postfix(shown, refresh=False)

@@ -44,7 +44,7 @@ class QuantizationSettings:
 class TinyRecipe:
     """How the embedded model is built; its hash keys the cache, so any change rebuilds it."""
 
-    vocab_size: int = 640
+    vocab_size: int = 4000
     hidden_size: int = 128
     num_layers: int = 4
     num_heads: int = 4
@@ -53,7 +53,7 @@ class TinyRecipe:
     max_position_embeddings: int = 320
     corpus_size: int = 2000
     sft_steps: int = 150
-    sft_batch_size: int = 32
+    sft_batch_tokens: int = 2048
     sft_lr: float = 3e-3
     format_share: float = 0.1
     seed: int = 0

@@ -46,8 +46,7 @@ def shipped_file(name: str) -> Path:
 
 def builtin_names() -> list[str]:
     """The shipped prompt sets usable as ``dataset.name`` with ``source: builtin``."""
-    data = shipped_file("")
-    return sorted(p.stem for p in data.glob("*.jsonl") if not p.stem.endswith(("_passages", "_replies")))
+    return sorted(p.stem for p in shipped_file("").glob("*.jsonl"))
 
 
 @loader("builtin")
@@ -79,7 +78,7 @@ def _builtin_path(cfg: DatasetSettings) -> Path:
     return shipped_file(f"{cfg.name}.jsonl")
 
 
-def read_records(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
+def read_records(path: Path) -> list[dict[str, Any]]:
     """Records of a JSON array or JSON Lines file (the article's ``prompts.json`` may be either)."""
     text = path.read_text(encoding="utf-8")
     stripped = text.lstrip()
@@ -87,13 +86,12 @@ def read_records(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
         if stripped.startswith("["):
             records = json.loads(stripped)
         else:
-            lines = [line for line in stripped.splitlines() if line.strip()]
-            records = [json.loads(line) for line in lines[:limit]]
+            records = [json.loads(line) for line in stripped.splitlines() if line.strip()]
     except json.JSONDecodeError as exc:
         raise UserError(f"{path} is not valid JSON or JSON Lines ({exc.msg} at line {exc.lineno})") from None
     if not all(isinstance(r, dict) for r in records):
         raise UserError(f"{path} must hold JSON objects (records with a 'prompt' field)")
-    return records[:limit] if limit else records
+    return records
 
 
 def check_dataset(cfg: DatasetSettings) -> None:
@@ -114,14 +112,20 @@ def check_dataset(cfg: DatasetSettings) -> None:
         path = _builtin_path(cfg)
     if not path.read_text(encoding="utf-8").strip():
         raise UserError(f"{path} is empty: it needs records with a {cfg.prompt_field!r} field")
-    first = read_records(path, limit=1)
-    if not first:
+    records = read_records(path)
+    if not records:
         raise UserError(f"{path} holds no records: it needs records with a {cfg.prompt_field!r} field")
-    fields = sorted(first[0])
-    if cfg.prompt_field not in first[0]:
+    lacking = [i for i, record in enumerate(records) if cfg.prompt_field not in record]
+    if len(lacking) == len(records):
+        fields = sorted(records[0])
         close = difflib.get_close_matches(cfg.prompt_field, fields, n=1) or fields[:1]
         hint = f"; if the prompts are in {close[0]!r}, add dataset.prompt_field={close[0]}" if close else ""
         raise UserError(f"{path}: records have no {cfg.prompt_field!r} field (fields found: {fields}){hint}")
+    if lacking:
+        raise UserError(
+            f"{path}: {len(lacking)} of {len(records)} records have no {cfg.prompt_field!r} field "
+            f"(the first is record {lacking[0] + 1}); fix or remove them"
+        )
 
 
 def load_prompts(cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase) -> Dataset:

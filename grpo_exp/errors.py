@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from typing import Any, get_type_hints
 
 OVERRIDE_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+# How alike a misspelt key must be to a real one (difflib ratio) to be suggested.
+SPELLING_CUTOFF = 0.75
 
 
 class UserError(Exception):
@@ -65,17 +67,14 @@ def unknown_key_message(full_key: str) -> str:
 
     section, _, leaf = full_key.rpartition(".")
     known = list(_schema_keys(ExperimentConfig))
-    wanted = KEY_ALIASES.get(leaf, leaf)
-    same_leaf = [k for k in known if k.rpartition(".")[2] == wanted]
-    in_section = [k for k in known if k.rpartition(".")[0] == section]
-    suggestion = (
-        sorted(same_leaf, key=lambda k: k.rpartition(".")[0] != section)[:1]
-        or difflib.get_close_matches(full_key, in_section, n=1, cutoff=0.6)
-        or difflib.get_close_matches(full_key, known, n=1, cutoff=0.6)
-    )
-    if suggestion:
-        return f"unknown config key {full_key}; did you mean {suggestion[0]}?"
-    return f"unknown config key {full_key}; keys here: {', '.join(k.rpartition('.')[2] for k in in_section)}"
+    leaves = {k.rpartition(".")[2] for k in known} | set(KEY_ALIASES)
+    close = difflib.get_close_matches(leaf, sorted(leaves), n=1, cutoff=SPELLING_CUTOFF)
+    if close:
+        wanted = KEY_ALIASES.get(close[0], close[0])
+        paths = sorted((k for k in known if k.rpartition(".")[2] == wanted), key=lambda k: not k.startswith(section))
+        return f"unknown config key {full_key}; did you mean {paths[0]}?"
+    in_section = [k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == section]
+    return f"unknown config key {full_key}; keys here: {', '.join(in_section)}"
 
 
 def _schema_keys(node: Any, prefix: str = "") -> Iterator[str]:

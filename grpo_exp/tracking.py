@@ -41,7 +41,7 @@ def identity_from_hydra() -> RunIdentity:
 
     hydra_cfg = HydraConfig.get()
     parsed = OverridesParser.create().parse_overrides(list(hydra_cfg.overrides.task))
-    overrides = {o.key_or_group: o.value() for o in parsed if not o.key_or_group.startswith(("hydra.", "logger."))}
+    overrides = {o.key_or_group: o.value() for o in parsed if not o.key_or_group.startswith(("hydra.", "logger"))}
     name = ",".join(f"{k}={v}" for k, v in overrides.items()) or "defaults"
     tags = [
         f"{group}:{choice}"

@@ -56,9 +56,10 @@ def train(settings: ExperimentConfig, cfg: DictConfig, output_dir: Path, identit
 def build_trainer(settings: ExperimentConfig, output_dir: Path, monitor: HealthMonitor, run: Any):
     """Everything heavy happens here: torch, transformers and trl load, the model loads."""
     from transformers import set_seed
+    from transformers.trainer_callback import ProgressCallback
     from trl import GRPOTrainer
 
-    from grpo_exp.callbacks import JobCallback
+    from grpo_exp.callbacks import JobCallback, SignalProgress
 
     set_seed(settings.seed)
     gpu = settings.device != "cpu" and hardware.cuda_available()
@@ -66,7 +67,7 @@ def build_trainer(settings: ExperimentConfig, output_dir: Path, monitor: HealthM
     model, tokenizer = models.load(settings.model, path, gpu)
     dataset = data.load_prompts(settings.dataset, tokenizer)
     reward_funcs, weights = build_rewards(settings.reward)
-    return GRPOTrainer(
+    trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
         reward_funcs=reward_funcs,
@@ -75,6 +76,9 @@ def build_trainer(settings: ExperimentConfig, output_dir: Path, monitor: HealthM
         peft_config=models.lora_config(settings.model),
         callbacks=[JobCallback(output_dir / METRICS_FILE, monitor, run)],
     )
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(SignalProgress())
+    return trainer
 
 
 def grpo_config(settings: ExperimentConfig, output_dir: Path, weights: list[float], gpu: bool, report_to_wandb: bool):

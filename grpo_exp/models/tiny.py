@@ -144,14 +144,22 @@ def warm_up(model, tokenizer, corpus: list[Example], recipe: TinyRecipe) -> None
     """Supervised next-token training on the replies (prompt tokens masked out of the loss)."""
     import torch
 
-    rows = [_encode(tokenizer, ex) for ex in corpus]
+    # One scenario per batch, sized to a token budget: replies differ a lot in length between
+    # scenarios, and padding short replies to the longest passage would waste most of the compute.
+    by_scenario: dict[str, list[tuple[list[int], list[int]]]] = {}
+    for example in corpus:
+        by_scenario.setdefault(example.scenario, []).append(_encode(tokenizer, example))
+    pools = list(by_scenario.values())
+    pool_weights = torch.tensor([len(pool) for pool in pools], dtype=torch.float)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.sft_lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / recipe.sft_steps)
     generator = torch.Generator().manual_seed(recipe.seed)
     model.train()
     for step in range(recipe.sft_steps):
-        batch = torch.randint(len(rows), (recipe.sft_batch_size,), generator=generator).tolist()
-        input_ids, labels = _pad([rows[i] for i in batch], tokenizer.pad_token_id)
+        pool = pools[int(torch.multinomial(pool_weights, 1, generator=generator))]
+        size = max(1, recipe.sft_batch_tokens // max(len(ids) for ids, _ in pool))
+        batch = torch.randint(len(pool), (size,), generator=generator).tolist()
+        input_ids, labels = _pad([pool[i] for i in batch], tokenizer.pad_token_id)
         loss = model(input_ids=input_ids, attention_mask=input_ids != tokenizer.pad_token_id, labels=labels).loss
         loss.backward()
         optimizer.step()

@@ -27,6 +27,7 @@ FORMAT_SLOTS = 3
 
 @dataclass(frozen=True)
 class Example:
+    scenario: str
     prompt: str
     reply: str
 
@@ -48,9 +49,10 @@ def build_corpus(size: int, format_share: float, seed: int) -> list[Example]:
     for _ in range(size):
         if rng.random() < CUSTOMER_SERVICE_SHARE:
             record = rng.choice(service)
-            examples.append(Example(record["prompt"], _service_reply(rng, fragments, record, slot_exact)))
+            reply = _service_reply(rng, fragments, record, slot_exact)
+            examples.append(Example("customer_service", record["prompt"], reply))
         else:
-            examples.append(Example(rng.choice(writing)["prompt"], rng.choice(passages)["text"]))
+            examples.append(Example("content_creation", rng.choice(writing)["prompt"], rng.choice(passages)["text"]))
     return examples
 
 

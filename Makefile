@@ -1,0 +1,49 @@
+# Set-up and the two everyday commands. `make run` and `make test` each create the virtual
+# environment first when it is missing (or older than pyproject.toml).
+#
+#   make run                      # python run.py on the embedded default model
+#   make run ARGS="reward=customer_service_multi grpo.max_steps=300"
+#   make test                     # the fast suite (what CI runs)
+#   make test-slow                # also the long end-to-end runs
+#
+# TORCH picks the torch build: the default is the CPU build this project is tested with; on a
+# GPU machine use e.g. `make setup TORCH=torch` (pip then picks the CUDA build for your system).
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+EXTRAS ?= dev,sweeps
+ARGS ?=
+PYTEST_ARGS ?=
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test test-slow lint sandbox-tools
+
+setup: $(STAMP) sandbox-tools
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $@
+
+# bubblewrap gives the code-generation sandbox its namespaces; without it the sandbox falls back
+# to `unshare` or to resource limits only (and says so). Installed only where we are root.
+sandbox-tools:
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+		&& (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) \
+		|| echo "note: bubblewrap not installed; the code sandbox will use unshare or limits only"; }
+
+run: setup
+	$(BIN)/python run.py $(ARGS)
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-slow: setup
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -1,0 +1,34 @@
+"""Shared fixtures: composing the real conf/ tree the way run.py does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from grpo_exp.cli import CONF_DIR
+from grpo_exp.config import ExperimentConfig, register_schema, to_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture
+def compose_cfg() -> Callable[..., DictConfig]:
+    """compose_cfg("model=tiny", ...) -> the job config Hydra would build for those overrides."""
+    register_schema()
+
+    def _compose(*overrides: str) -> DictConfig:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(config_name="config", overrides=list(overrides))
+
+    return _compose
+
+
+@pytest.fixture
+def settings(compose_cfg: Callable[..., DictConfig]) -> Callable[..., ExperimentConfig]:
+    """settings("grpo.num_generations=4") -> the typed config of that job."""
+    return lambda *overrides: to_settings(compose_cfg(*overrides))

@@ -1,0 +1,71 @@
+"""Every config option composes into the typed schema; typos and wrong types fail at compose time."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_exp.cli import CONF_DIR
+from grpo_exp.config import ExperimentConfig
+from grpo_exp.errors import UserError
+from grpo_exp.validate import validate
+from tests.conftest import FIXTURES
+
+# Options that need one more value to be complete, as a user would give it.
+EXTRA = {
+    "dataset/json": [f"dataset.path={FIXTURES / 'prompts.json'}"],
+    "dataset/hub": ["dataset.name=trl-lib/tldr"],
+    "reward/custom": [f"reward.parts.main.fn={FIXTURES / 'article_rewards.py'}:reward_customer_service"],
+}
+GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir())
+OPTIONS = [f"{g}/{f.stem}" for g in GROUPS for f in sorted((CONF_DIR / g).glob("*.yaml"))]
+
+
+def test_every_group_has_options():
+    assert {"model", "dataset", "reward", "optimizer", "grpo", "logger", "monitor"} <= set(GROUPS)
+    assert len(OPTIONS) >= 15
+
+
+@pytest.mark.parametrize("option", OPTIONS)
+def test_every_option_composes_and_validates(settings, option):
+    group, name = option.split("/")
+    cfg = settings(f"{group}={name}", *EXTRA.get(option, []))
+    assert isinstance(cfg, ExperimentConfig)
+    if option.startswith("model/") and cfg.model.quantization.load_in_4bit:
+        pytest.skip("4-bit needs a GPU")
+    validate(cfg)
+
+
+def test_defaults_are_the_tiny_model_on_customer_service(settings):
+    cfg = settings()
+    assert (cfg.model.source, cfg.dataset.name, list(cfg.reward.parts)) == ("tiny", "customer_service", ["format"])
+    assert cfg.grpo.num_generations == 6 and cfg.grpo.beta > 0
+    assert cfg.optimizer.lr == pytest.approx(3e-4)  # the tiny model's own rate, not the article's 2e-5
+
+
+def test_real_models_keep_the_articles_learning_rate(settings):
+    cfg = settings("model=qwen2_5_0_5b_instruct")
+    assert cfg.model.name_or_path == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert cfg.optimizer.lr == pytest.approx(2e-5)
+    assert settings("model=mistral_7b_instruct").model.lora.enabled
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("grpo.num_generation=4", "unknown config key grpo.num_generation; did you mean grpo.num_generations?"),
+        ("grpo.kl_coef=0.1", "did you mean grpo.beta?"),
+        ("grpo.lr=1e-5", "did you mean optimizer.lr?"),
+        ("optimizer.learnig_rate=1e-5", "did you mean optimizer.lr?"),
+        ("grpo.num_generations=abc", "grpo.num_generations: Value 'abc' of type 'str' could not be converted"),
+        ("model=tinyy", "no model config named 'tinyy'; available: codellama_7b_instruct, "),
+        ("reward=custom", "reward.parts.main.fn is required"),
+        ("+reward.parts.x={fn: a.b, wieght: 1}", "reward.parts.x: Key 'wieght' not in 'RewardPart'"),
+    ],
+)
+def test_config_mistakes_are_one_line(override, message):
+    from grpo_exp.preflight import check_command
+
+    with pytest.raises(UserError) as err:
+        check_command(CONF_DIR, "config", [override], multirun=False)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
