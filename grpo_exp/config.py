@@ -13,6 +13,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from grpo_exp import hardware
 from grpo_exp.errors import UserError, describe_config_error
 
 # Slips users copy from the article (and other GRPO write-ups) mapped to our keys.
@@ -52,7 +53,7 @@ class TinyRecipe:
     intermediate_size: int = 256
     max_position_embeddings: int = 320
     corpus_size: int = 2000
-    sft_steps: int = 150
+    sft_steps: int = 300
     sft_batch_tokens: int = 2048
     sft_lr: float = 3e-3
     format_share: float = 0.1
@@ -117,6 +118,9 @@ class OptimizerSettings:
 class GrpoSettings:
     num_generations: int = 6
     per_device_train_batch_size: int = 12
+    hold_fixed: str = "none"
+    prompts_per_step: int = 2
+    completions_per_step: int = 12
     max_completion_length: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
@@ -169,7 +173,9 @@ class ExperimentConfig:
     logger: LoggerSettings = field(default_factory=LoggerSettings)
     seed: int = 42
     device: str = "auto"
+    threads: int | None = None
     save_model: bool = True
+    objective: str = "final_reward"
 
 
 def register_schema() -> None:
@@ -188,7 +194,39 @@ def to_settings(cfg: DictConfig) -> ExperimentConfig:
     except Exception as exc:  # OmegaConf's errors name the key; make them one line
         raise UserError(describe_config_error(exc)) from None
     settings.reward.parts = {name: _reward_part(name, node) for name, node in cfg.reward.parts.items()}
+    derive_batch_size(settings)
     return settings
+
+
+def derive_batch_size(settings: ExperimentConfig) -> None:
+    """Set the per-device batch from ``grpo.hold_fixed`` so group sizes compare at equal budgets.
+
+    ``prompts``: every job sees ``prompts_per_step`` prompts per step, whatever its group size;
+    ``completions``: every job generates ``completions_per_step`` completions per step.
+    """
+    grpo, accumulation = settings.grpo, settings.optimizer.gradient_accumulation_steps
+    if grpo.hold_fixed == "none":
+        return
+    group = grpo.num_generations
+    if grpo.hold_fixed == "prompts":
+        completions = grpo.prompts_per_step * group
+    elif grpo.hold_fixed == "completions":
+        completions = grpo.completions_per_step
+        if completions % group:
+            fits = [g for g in range(2, completions + 1) if completions % g == 0]
+            raise UserError(
+                f"grpo.hold_fixed=completions: {completions} completions per step don't split into groups of "
+                f"grpo.num_generations={group}; group sizes that fit: {', '.join(map(str, fits))}"
+            )
+    else:
+        raise UserError(f"grpo.hold_fixed={grpo.hold_fixed} is not one of none, prompts, completions")
+    share = accumulation * hardware.world_size()
+    if completions % share:
+        raise UserError(
+            f"grpo.hold_fixed={grpo.hold_fixed}: {completions} completions per step don't split evenly over "
+            f"optimizer.gradient_accumulation_steps x processes = {share}"
+        )
+    grpo.per_device_train_batch_size = completions // share
 
 
 def _reward_part(name: str, node: Any) -> RewardPart:

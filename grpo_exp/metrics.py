@@ -15,6 +15,8 @@ from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
+# Summary numbers a job can return to a sweeper as its objective (config key `objective`).
+OBJECTIVES = ("final_reward", "peak_reward", "first_reward", "final_reward_std", "mean_kl", "max_kl", "final_kl")
 # First and last "tenth" of the logged steps, as the acceptance criterion reads; never fewer than one.
 EDGE_FRACTION = 0.1
 

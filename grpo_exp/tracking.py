@@ -34,25 +34,49 @@ class RunIdentity:
 
 
 def identity_from_hydra() -> RunIdentity:
-    """Name from the job's overrides, tags from its config choices, group from the sweep folder."""
+    """Name from the job's overrides, tags from its config choices and swept keys, group per sweep."""
     from hydra.core.hydra_config import HydraConfig
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.types import RunMode
 
     hydra_cfg = HydraConfig.get()
-    parsed = OverridesParser.create().parse_overrides(list(hydra_cfg.overrides.task))
-    overrides = {o.key_or_group: o.value() for o in parsed if not o.key_or_group.startswith(("hydra.", "logger"))}
+    overrides = {
+        o.key_or_group: o.value()
+        for o in _parse(hydra_cfg.overrides.task)
+        if not o.key_or_group.startswith(("hydra.", "logger"))
+    }
     name = ",".join(f"{k}={v}" for k, v in overrides.items()) or "defaults"
     tags = [
-        f"{group}:{choice}"
-        for group, choice in hydra_cfg.runtime.choices.items()
-        if choice and not group.startswith("hydra")
+        f"{group}:{choice}" for group, choice in hydra_cfg.runtime.choices.items() if choice and "hydra" not in group
     ]
-    group = None
-    if hydra_cfg.mode == RunMode.MULTIRUN:
-        sweep_dir = Path(hydra_cfg.sweep.dir)
-        group = f"{sweep_dir.parent.name}_{sweep_dir.name}"
-    return RunIdentity(name=name, group=group, tags=tags, overrides=overrides)
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return RunIdentity(name=name, tags=tags, overrides=overrides)
+    sweep_dir = Path(hydra_cfg.sweep.dir)
+    swept = swept_keys(sweep_dir, hydra_cfg.sweeper.get("params") or {})
+    sweep_name = hydra_cfg.runtime.choices.get("sweep") or "x".join(k.rpartition(".")[2] for k in swept) or "sweep"
+    tags += [f"swept:{key}" for key in swept]
+    return RunIdentity(name=name, group=f"{sweep_name}-{sweep_dir.name}", tags=tags, overrides=overrides)
+
+
+def swept_keys(sweep_dir: Path, params: dict[str, Any]) -> list[str]:
+    """Keys the sweep varies: its ``hydra.sweeper.params`` and the command line's sweep overrides.
+
+    The command line of the whole sweep is only in ``multirun.yaml``, which the sweeper writes
+    into the sweep folder before it starts any job.
+    """
+    keys = list(params)
+    saved = sweep_dir / "multirun.yaml"
+    if saved.is_file():
+        from omegaconf import OmegaConf
+
+        command = OmegaConf.load(saved).hydra.overrides.task
+        keys += [o.key_or_group for o in _parse(command) if o.is_sweep_override()]
+    return list(dict.fromkeys(k.lstrip("+~") for k in keys))
+
+
+def _parse(overrides: Any) -> list[Any]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_overrides(list(overrides))
 
 
 def logged_in() -> bool:

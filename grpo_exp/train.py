@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 def train(settings: ExperimentConfig, cfg: DictConfig, output_dir: Path, identity: RunIdentity) -> float:
-    """Run the job; returns the mean reward of its last steps (the sweep objective)."""
+    """Run the job; returns its ``objective`` from the summary (NaN when there is none)."""
     started = time.perf_counter()
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True), encoding="utf-8")
@@ -50,7 +50,8 @@ def train(settings: ExperimentConfig, cfg: DictConfig, output_dir: Path, identit
             summary = _summary(settings, output_dir, monitor, identity, outcome)
             if run is not None:
                 run.summary.update({f"summary/{k}": v for k, v in summary.items() if _scalar(v)})
-    return summary["final_reward"] if summary["final_reward"] is not None else float("nan")
+    objective = summary.get(settings.objective)
+    return float(objective) if objective is not None else float("nan")
 
 
 def build_trainer(settings: ExperimentConfig, output_dir: Path, monitor: HealthMonitor, run: Any):
@@ -62,6 +63,10 @@ def build_trainer(settings: ExperimentConfig, output_dir: Path, monitor: HealthM
     from grpo_exp.callbacks import JobCallback, SignalProgress
 
     set_seed(settings.seed)
+    if settings.threads:
+        import torch
+
+        torch.set_num_threads(settings.threads)
     gpu = settings.device != "cpu" and hardware.cuda_available()
     path = models.model_path(settings.model)
     model, tokenizer = models.load(settings.model, path, gpu)

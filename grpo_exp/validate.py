@@ -11,6 +11,7 @@ import math
 from grpo_exp import data, hardware
 from grpo_exp.config import ExperimentConfig
 from grpo_exp.errors import UserError
+from grpo_exp.metrics import OBJECTIVES
 from grpo_exp.rewards.compose import build_rewards
 
 # Values TRL 1.16 accepts for these GRPOConfig fields.
@@ -43,6 +44,7 @@ def _check_choices(cfg: ExperimentConfig) -> None:
         ("device", cfg.device, DEVICES),
         ("logger.mode", cfg.logger.mode, LOGGER_MODES),
         ("logger.backend", cfg.logger.backend, LOGGER_BACKENDS),
+        ("objective", cfg.objective, OBJECTIVES),
     ):
         if value not in allowed:
             raise UserError(f"{key}={value} is not one of {', '.join(allowed)}")
