@@ -19,6 +19,7 @@ import json
 import math
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,13 @@ ERROR_FILE = "error.txt"
 OVERRIDES_FILE = ".hydra/overrides.yaml"
 JOB_FILES = (SUMMARY_FILE, METRICS_FILE, CONFIG_FILE, ERROR_FILE, OVERRIDES_FILE)
 DEFAULT_OBJECTIVE = "final_reward"
+# Objectives where lower is better, unless told otherwise (--maximize) or the sweeper's direction says.
+MINIMIZED = frozenset(
+    {"mean_kl", "max_kl", "final_kl", "steps_above_kl_threshold", "frac_reward_zero_std", "wall_time_s"}
+)
+MULTIRUN_FILE = "multirun.yaml"
+# An axis with more distinct values than this (a search such as Optuna's) gets a scatter plot, not a grid.
+MAX_GRID_VALUES = 8
 DEFAULT_KL_THRESHOLD = MonitorSettings.kl_threshold
 DEFAULT_MIN_REWARD_STD = MonitorSettings.min_reward_std
 SEED_KEY = "seed"  # repeats of one configuration; averaged, not a configuration of its own
@@ -49,6 +57,7 @@ DEFAULT_VALUE = "(default)"  # a key that some jobs of the sweep did not overrid
 # there mean every one succeeded, which is not a collapse.
 AT_PEAK_TOLERANCE = 0.05
 TABLE_ERROR_CHARS = 100
+MAX_LISTED = 6  # configurations named in one verdict line before "and N more"
 NONE_CELL = "—"
 EXIT_NOTHING_TO_REPORT = 2
 # Metrics whose absence in some jobs is worth a note (a sweep mixing grpo.beta=0 logs no KL there).
@@ -91,6 +100,7 @@ class Job:
     overrides: dict[str, Any]
     kl_threshold: float = DEFAULT_KL_THRESHOLD
     min_reward_std: float = DEFAULT_MIN_REWARD_STD
+    objective: str | None = None  # what the job returned to the sweeper (config key `objective`)
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -176,8 +186,13 @@ class Sweep:
 # ---------------------------------------------------------------------------------------- reading
 
 
-def load_sweep(sweep_dir: Path, objective: str = DEFAULT_OBJECTIVE, maximize: bool = True) -> Sweep:
-    """Every job under ``sweep_dir`` (or the run in it), ranked; NothingToReport when there is none."""
+def load_sweep(sweep_dir: Path, objective: str | None = None, maximize: bool | None = None) -> Sweep:
+    """Every job under ``sweep_dir`` (or the run in it), ranked; NothingToReport when there is none.
+
+    By default the ranking follows the sweep itself: the objective its jobs returned to the sweeper
+    (config key ``objective``, else final_reward), in the sweeper's direction (Optuna's
+    ``direction``), else lower-is-better for KL-like objectives and higher-is-better for the rest.
+    """
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise NothingToReport(f"{sweep_dir} is not a folder")
@@ -185,6 +200,12 @@ def load_sweep(sweep_dir: Path, objective: str = DEFAULT_OBJECTIVE, maximize: bo
     if not dirs:
         raise NothingToReport(f"no job folders in {sweep_dir}{_where_jobs_are(sweep_dir)}")
     jobs = [load_job(d) for d in dirs]
+    own = _common({job.objective for job in jobs}) or DEFAULT_OBJECTIVE
+    objective = objective or own
+    if maximize is None and objective == own:  # the sweeper's direction was given for its objective only
+        maximize = _sweeper_maximizes(sweep_dir)
+    if maximize is None:
+        maximize = objective not in MINIMIZED
     known = sorted({k for job in jobs for k, v in job.stats.items() if v is None or job.value(k) is not None})
     if objective not in known:
         raise UserError(f"unknown objective {objective!r}: use one of {', '.join(known)}")
@@ -213,7 +234,7 @@ def load_job(path: Path) -> Job:
         )
     monitor = config.get("monitor") if isinstance(config.get("monitor"), dict) else {}
     kl_threshold = float(monitor.get("kl_threshold", DEFAULT_KL_THRESHOLD))
-    rows = read_metrics(path / METRICS_FILE)
+    rows = [row for row in read_metrics(path / METRICS_FILE) if _finite(row.get("step"))]
     if torn := _torn_lines(path / METRICS_FILE):
         notes.append(f"{torn} torn line(s) in {METRICS_FILE} skipped")
     summary = _read_json(path / SUMMARY_FILE)
@@ -238,6 +259,7 @@ def load_job(path: Path) -> Job:
         overrides=overrides,
         kl_threshold=kl_threshold,
         min_reward_std=float(monitor.get("min_reward_std", DEFAULT_MIN_REWARD_STD)),
+        objective=config.get("objective") if isinstance(config.get("objective"), str) else None,
         error=error,
         notes=notes,
     )
@@ -263,6 +285,18 @@ def format_value(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _common(values: set[str | None]) -> str | None:
+    return values.pop() if len(values) == 1 else None
+
+
+def _sweeper_maximizes(sweep_dir: Path) -> bool | None:
+    """The direction an optimizing sweeper (Optuna) was given, from multirun.yaml; None for a grid."""
+    saved = _read_yaml(sweep_dir / MULTIRUN_FILE)
+    sweeper = saved.get("hydra", {}).get("sweeper", {}) if isinstance(saved, dict) else {}
+    direction = sweeper.get("direction") if isinstance(sweeper, dict) else None
+    return {"maximize": True, "minimize": False}.get(str(direction).lower()) if direction else None
 
 
 def _is_job(path: Path) -> bool:
@@ -396,19 +430,28 @@ def _stability(sweep: Sweep) -> list[str]:
         label = _group_label(sweep, group)
         assessed = [job for job in group.jobs if job.value("peak_reward") is not None]
         if kl_jobs := [job for job in assessed if job.kl_steps]:
-            problems.append(f"- **KL excursion:** `{label}`: " + "; ".join(map(_kl_text, kl_jobs)) + ".")
+            problems.append(f"- **KL excursion:** `{label}`: {_kl_text(kl_jobs)}.")
         if collapsed := [job for job in assessed if job.collapsed]:
-            problems.append(
-                f"- **Reward std collapse:** `{label}`: "
-                + "; ".join(map(_collapse_text, collapsed))
-                + ": homogeneous generations before success."
-            )
-        if assessed and _stable(assessed):
-            stable.append(f"`{label}`")
+            problems.append(f"- **Reward std collapse:** `{label}`: {_collapse_text(collapsed)}.")
+        if any(job.finished for job in assessed) and _stable(assessed):
+            stable.append(f"`{label}`")  # judged on finished runs, not on a partial one alone
+    logged = [job for job in sweep.jobs if job.value("peak_reward") is not None]
+    if not logged:
+        return []  # nothing ran long enough to judge
     head = "- **Stable** (KL never above its threshold, reward std never collapsed before success): "
-    no_kl = [job for job in sweep.jobs if job.value("peak_reward") is not None and job.kl_steps is None]
+    no_kl = [job for job in logged if job.kl_steps is None]
     caveat = f" ({_jobs_text(no_kl)} logged no KL: only reward std checked)" if no_kl else ""
-    return [head + (", ".join(stable) or "none") + caveat + ".", *problems]
+    return [head + _listing(stable, len(sweep.configs())) + caveat + ".", *problems]
+
+
+def _listing(labels: list[str], total: int) -> str:
+    """Labels in rank order, shortened for a search that tried dozens of configurations."""
+    if not labels:
+        return "none"
+    if len(labels) == total > 1:
+        return f"all {total} configurations"
+    more = len(labels) - MAX_LISTED
+    return ", ".join(labels[:MAX_LISTED]) + (f" and {more} more (see the table)" if more > 0 else "")
 
 
 def _casualties(sweep: Sweep) -> list[str]:
@@ -431,16 +474,29 @@ def _stable(jobs: list[Job]) -> bool:
     return not any(job.kl_steps or job.collapsed for job in jobs)
 
 
-def _kl_text(job: Job) -> str:
-    return f"job {job.name}: {job.kl_steps} steps above {job.kl_threshold:g} (max KL {job.value('max_kl'):.3f})"
+def _kl_text(jobs: list[Job]) -> str:
+    steps = _span([job.kl_steps for job in jobs], "{:.0f}")
+    threshold = _span([job.kl_threshold for job in jobs], "{:g}")
+    max_kl = max(job.value("max_kl") or 0.0 for job in jobs)
+    return f"{steps} steps above {threshold} (max KL {max_kl:.3f}) in {_jobs_text(jobs)}"
 
 
-def _collapse_text(job: Job) -> str:
-    std, final, peak = job.value("final_reward_std"), job.value("final_reward"), job.value("peak_reward")
-    return (
-        f"job {job.name}: final reward std {std:.3f} < {job.min_reward_std:g} "
-        f"while the final reward {final:.3f} is below its peak {peak:.3f}"
+def _collapse_text(jobs: list[Job]) -> str:
+    std, floor = (
+        _span([job.value("final_reward_std") for job in jobs]),
+        _span([job.min_reward_std for job in jobs], "{:g}"),
     )
+    final, peak = _span([job.value("final_reward") for job in jobs]), _span([job.value("peak_reward") for job in jobs])
+    return (
+        f"final reward std {std} < {floor} while the final reward {final} is below its peak {peak}, "
+        f"in {_jobs_text(jobs)}: homogeneous generations before success"
+    )
+
+
+def _span(values: list[Any], spec: str = "{:.3f}") -> str:
+    """One number, or the range of several ("0.200–0.300"), so a line covers all seeds of a configuration."""
+    low, high = spec.format(min(values)), spec.format(max(values))
+    return low if low == high else f"{low}–{high}"
 
 
 def _group_label(sweep: Sweep, group: Group) -> str:
@@ -466,14 +522,15 @@ def _job_ref(sweep: Sweep, job: Job) -> str:
 def write_report(
     sweep_dir: Path,
     out_dir: Path | None = None,
-    objective: str = DEFAULT_OBJECTIVE,
-    maximize: bool = True,
+    objective: str | None = None,
+    maximize: bool | None = None,
     plots: bool = True,
 ) -> Path:
     """Write report.md, report.csv and the PNGs into ``out_dir`` (default ``<sweep_dir>/report``).
 
-    Returns the path of report.md. Raises NothingToReport (a UserError) when the folder holds no job,
-    UserError for an objective no job has.
+    ``objective`` and ``maximize`` default to the sweep's own (see ``load_sweep``). Returns report.md's
+    path. Raises NothingToReport (a UserError) when the folder holds no job, UserError for an
+    objective that no job has.
     """
     sweep = load_sweep(Path(sweep_dir), objective, maximize)
     out_dir = Path(out_dir) if out_dir is not None else sweep.path / REPORT_DIR
@@ -500,7 +557,7 @@ def write_csv(sweep: Sweep, path: Path) -> None:
 
 def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str]) -> str:
     """report.md: header line, verdict, results table, grid of the objective, plots, notes."""
-    counts = ", ".join(f"{n} {status}" for status, n in _status_counts(sweep).items())
+    counts = ", ".join(f"{n} {status}" for status, n in Counter(job.status for job in sweep.jobs).items())
     order = "higher" if sweep.maximize else "lower"
     swept = ", ".join(f"`{k}`" for k in sweep.swept) or "nothing (a single configuration)"
     lines = [
@@ -535,16 +592,23 @@ def _results_table(sweep: Sweep) -> list[str]:
     lines = [_md_row(headers), _md_row(["---"] * len(headers))]
     for job in sweep.jobs:
         swept = [format_value(job.overrides.get(k, DEFAULT_VALUE)) for k in sweep.swept]
-        results = [_fmt(job.value(key), spec) for key, _, spec in columns]
+        results = [_result_cell(job, key, spec, own_threshold=len(thresholds) > 1) for key, _, spec in columns]
         error = (job.error or "")[:TABLE_ERROR_CHARS]
         lines.append(_md_row([job.name, *swept, job.status, *results, error]))
     return lines
 
 
+def _result_cell(job: Job, key: str, spec: str, own_threshold: bool) -> str:
+    text = _fmt(job.value(key), spec)
+    if own_threshold and key == "steps_above_kl_threshold" and job.kl_steps is not None:
+        text += f" (> {job.kl_threshold:g})"  # thresholds differ between jobs: name this one's
+    return text
+
+
 def _grid_section(sweep: Sweep) -> list[str]:
     """The objective per group size × learning rate (or per value of the one swept key), as a table."""
     axes = grid_axes(sweep)
-    if not axes:
+    if not axes or not is_grid(sweep, axes):
         return []
     xs, ys, cells = objective_grid(sweep, *axes)
     if len(axes) == 1:
@@ -584,6 +648,11 @@ def grid_axes(sweep: Sweep) -> list[str]:
     return one[:1]
 
 
+def is_grid(sweep: Sweep, keys: list[str]) -> bool:
+    """Few enough values on every axis for a table or heatmap; a search's scattered values are not."""
+    return all(len(group_jobs(sweep.jobs, [key])) <= MAX_GRID_VALUES for key in keys)
+
+
 def _draw(sweep: Sweep, out_dir: Path, notes: list[str]) -> list[tuple[str, str]]:
     """The figures, when matplotlib is there; (title, file name) of those written."""
     try:
@@ -599,10 +668,10 @@ def _notes(sweep: Sweep) -> list[str]:
     notes = [f"job {job.name}: {note}" for job in sweep.jobs for note in job.notes]
     logged = [job for job in sweep.jobs if job.rows]
     for key in WATCHED_METRICS:
-        missing = [job.name for job in logged if not job.series(key)[0]]
+        missing = [job for job in logged if not job.series(key)[0]]
         if missing and len(missing) < len(logged):
             hint = " (TRL logs no KL when grpo.beta=0)" if key == "kl" else ""
-            notes.append(f"`{key}` was not logged by job {', '.join(missing)}{hint}")
+            notes.append(f"`{key}` was not logged by {_jobs_text(missing)}{hint}")
     return notes
 
 
@@ -611,18 +680,10 @@ def _result_keys(sweep: Sweep) -> list[str]:
     return keys if sweep.objective in keys else [*keys, sweep.objective]
 
 
-def _status_counts(sweep: Sweep) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for job in sweep.jobs:
-        counts[job.status] = counts.get(job.status, 0) + 1
-    return counts
-
-
 def _sorted_values(values: Iterable[Any]) -> list[Any]:
     """Unique values, numbers in numeric order before anything else (e.g. ``(default)``)."""
     unique = {format_value(v): v for v in values}
-    numeric = lambda v: isinstance(v, int | float) and not isinstance(v, bool)  # noqa: E731
-    return sorted(unique.values(), key=lambda v: (0, v, "") if numeric(v) else (1, 0, format_value(v)))
+    return sorted(unique.values(), key=lambda v: (0, v, "") if _finite(v) else (1, 0, format_value(v)))
 
 
 def _index(values: list[Any], value: Any) -> int:
@@ -656,12 +717,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grpo_exp.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", type=Path, help="a sweep folder (outputs/multirun/<date>/<time>) or a run folder")
     parser.add_argument("--out", type=Path, help=f"where to write the report (default: <sweep_dir>/{REPORT_DIR})")
-    parser.add_argument("--objective", default=DEFAULT_OBJECTIVE, help="summary key to rank by (default: %(default)s)")
-    parser.add_argument("--minimize", action="store_true", help="lower objective is better (e.g. --objective max_kl)")
+    parser.add_argument(
+        "--objective", help=f"summary key to rank by (default: the jobs' `objective` config, else {DEFAULT_OBJECTIVE})"
+    )
+    direction = parser.add_mutually_exclusive_group()
+    direction.add_argument("--minimize", dest="maximize", action="store_false", default=None, help="lower is better")
+    direction.add_argument(
+        "--maximize", dest="maximize", action="store_true", help="higher is better (default except for KL-like keys)"
+    )
     parser.add_argument("--no-plots", action="store_true", help="write the table and verdict only")
     args = parser.parse_args(argv)
     try:
-        report = write_report(args.sweep_dir, args.out, args.objective, not args.minimize, not args.no_plots)
+        report = write_report(args.sweep_dir, args.out, args.objective, args.maximize, not args.no_plots)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_NOTHING_TO_REPORT

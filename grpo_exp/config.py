@@ -138,6 +138,7 @@ class GrpoSettings:
     vllm_gpu_memory_utilization: float = 0.3
     mask_truncated_completions: bool = False
     log_completions: bool = False
+    gradient_checkpointing: bool = True
 
 
 @dataclass

@@ -19,7 +19,7 @@ import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from grpo_exp.compare import Cell, Job, Sweep, format_value, grid_axes, group_jobs, objective_grid
+from grpo_exp.compare import Cell, Job, Sweep, format_value, grid_axes, group_jobs, is_grid, objective_grid
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ KL_TITLE = "KL divergence from the reference model per step"
 # Cell text turns white on the dark half of the colour map.
 DARK_SHARE = 0.5
 MISSING_CELL = "no result"
+LOG_SPAN = 10  # a scatter's x axis turns logarithmic when its values span this factor (learning rates)
 BAR_HEADROOM = 0.25  # share of the y range kept free above the bars for their labels
 
 
@@ -77,7 +78,9 @@ def _figures(sweep: Sweep) -> list[tuple[str, str, Callable[[Path], Path]]]:
         draw = functools.partial(curves, kls, title=KL_TITLE, ylabel="KL", thresholds=thresholds)
         figures.append((KL_TITLE, "kl_curves.png", draw))
     axes = grid_axes(sweep)
-    if len(axes) == 2:
+    if axes and not is_grid(sweep, axes) and _numeric(sweep, axes[-1]):
+        figures.append(_scatter_figure(sweep, axes[-1], axes[0] if len(axes) == 2 else None))
+    elif len(axes) == 2:
         figures.append(_heatmap_figure(sweep, *axes))
     elif axes:
         figures.append(_bar_figure(sweep, axes[0]))
@@ -86,7 +89,7 @@ def _figures(sweep: Sweep) -> list[tuple[str, str, Callable[[Path], Path]]]:
 
 def _series(sweep: Sweep, key: str) -> list[Series]:
     """One curve per job that logged ``key``, labelled by swept values; a configuration's seeds share a
-    colour and sit together in the legend, best configuration first."""
+    colour and sit together in the legend, the best job's configuration first."""
     config_of = {id(job): i for i, group in enumerate(sweep.configs()) for job in group.jobs}
     series = []
     for job in sorted(sweep.jobs, key=lambda job: config_of[id(job)]):
@@ -137,6 +140,25 @@ def _bar_figure(sweep: Sweep, key: str) -> tuple[str, str, Callable[[Path], Path
     return title, f"{sweep.objective}_vs_{key}.png", draw
 
 
+def _scatter_figure(sweep: Sweep, x_key: str, colour_key: str | None) -> tuple[str, str, Callable[[Path], Path]]:
+    """A search (Optuna) tries scattered values: each completed job as a dot, coloured by the other key."""
+    jobs = [job for job in sweep.jobs if job.finished and job.value(sweep.objective) is not None]
+    points = [
+        (float(job.overrides[x_key]), job.value(sweep.objective), sweep.label(job, [colour_key]) if colour_key else "")
+        for job in jobs
+    ]
+    xs = [x for x, _, _ in points]
+    log_x = bool(xs) and min(xs) > 0 and max(xs) / min(xs) >= LOG_SPAN
+    title = f"{sweep.objective} by {x_key}, one dot per completed job"
+    draw = functools.partial(scatter, points, title=title, xlabel=x_key, ylabel=sweep.objective, log_x=log_x)
+    return title, f"{sweep.objective}_vs_{x_key}.png", draw
+
+
+def _numeric(sweep: Sweep, key: str) -> bool:
+    values = [job.overrides.get(key) for job in sweep.jobs]
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
 def curves(
     series: Sequence[Series],
     out: Path,
@@ -163,8 +185,8 @@ def curves(
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(ylabel if window == 1 else f"{ylabel} (trailing mean of {window} steps)")
     ax.grid(alpha=0.3)
-    entries = len(series) + len(thresholds)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", ncols=1 + entries // MAX_LEGEND_ROWS)
+    if entries := len(series) + len(thresholds):
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", ncols=1 + entries // MAX_LEGEND_ROWS)
     return _save(fig, out)
 
 
@@ -227,6 +249,28 @@ def bars(
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
     if any(points):
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    return _save(fig, out)
+
+
+def scatter(
+    points: Sequence[tuple[float, float, str]], out: Path, *, title: str, xlabel: str, ylabel: str, log_x: bool = False
+) -> Path:
+    """(x, objective, colour label) dots; one colour per label, legend outside the plot."""
+    fig = Figure(figsize=BAR_SIZE, dpi=DPI)
+    ax = fig.subplots()
+    labels = list(dict.fromkeys(label for _, _, label in points))
+    colours = _colour_map(len(labels))
+    for i, label in enumerate(labels):
+        mine = [(x, y) for x, y, own in points if own == label]
+        ax.scatter([x for x, _ in mine], [y for _, y in mine], color=colours(i), label=label or None, s=28)
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if any(labels):
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     return _save(fig, out)
 

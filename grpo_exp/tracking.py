@@ -52,7 +52,7 @@ def identity_from_hydra() -> RunIdentity:
         return RunIdentity(name=name, tags=tags, overrides=overrides)
     sweep_dir = Path(hydra_cfg.sweep.dir)
     swept = swept_keys(sweep_dir, hydra_cfg.sweeper.get("params") or {})
-    sweep_name = hydra_cfg.runtime.choices.get("sweep") or "x".join(k.rpartition(".")[2] for k in swept) or "sweep"
+    sweep_name = hydra_cfg.runtime.choices.get("sweep") or "_".join(["sweep", *(k.rpartition(".")[2] for k in swept)])
     tags += [f"swept:{key}" for key in swept]
     return RunIdentity(name=name, group=f"{sweep_name}-{sweep_dir.name}", tags=tags, overrides=overrides)
 
@@ -126,8 +126,12 @@ def wandb_run(
         dir=str(output_dir),
         mode=mode,
         reinit="finish_previous",
+        settings=wandb.Settings(quiet=True),
     )
-    log.info("W&B run %s (%s) in %s", run.name, mode, run.dir if mode == "offline" else run.url)
+    if mode == "offline":
+        log.info("W&B run %r saved offline; upload it with: wandb sync %s", run.name, Path(run.dir).parent)
+    else:
+        log.info("W&B run %r: %s", run.name, run.url)
     try:
         yield run
     except BaseException:

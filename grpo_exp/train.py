@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +57,15 @@ def train(settings: ExperimentConfig, cfg: DictConfig, output_dir: Path, identit
 
 def build_trainer(settings: ExperimentConfig, output_dir: Path, monitor: HealthMonitor, run: Any):
     """Everything heavy happens here: torch, transformers and trl load, the model loads."""
+    import datasets
     from transformers import set_seed
     from transformers.trainer_callback import ProgressCallback
     from trl import GRPOTrainer
 
     from grpo_exp.callbacks import JobCallback, SignalProgress
 
+    _quiet_library_noise()
+    datasets.disable_progress_bars()  # the prompt set maps in milliseconds; its bars would only clutter
     set_seed(settings.seed)
     if settings.threads:
         import torch
@@ -127,8 +131,15 @@ def grpo_config(settings: ExperimentConfig, output_dir: Path, weights: list[floa
         vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization,
         mask_truncated_completions=g.mask_truncated_completions,
         log_completions=g.log_completions,
+        gradient_checkpointing=g.gradient_checkpointing,
         reward_weights=weights,
     )
+
+
+def _quiet_library_noise() -> None:
+    """TRL toggles gradient checkpointing around generation through calls transformers 5 deprecates,
+    warning on every step; nothing a user can act on."""
+    warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.*deprecated", category=FutureWarning)
 
 
 def _summary(

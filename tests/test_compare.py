@@ -1,0 +1,351 @@
+"""The sweep report, on sweep folders written by hand in Hydra's multirun layout (no training)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_exp.compare import (
+    GROUP_SIZE_KEY,
+    LR_KEY,
+    MAX_GRID_VALUES,
+    load_sweep,
+    main,
+    objective_grid,
+    write_report,
+)
+from grpo_exp.metrics import summarize
+from tests.conftest import ROOT
+
+STEPS = 20
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+STABLE_KL, HIGH_KL = 0.02, 0.3
+OOM = "OutOfMemoryError: CUDA out of memory"
+
+
+def ramp(final: float, steps: int = STEPS, start: float = 0.1) -> list[float]:
+    """Rewards rising to ``final`` over three quarters of the run, then holding there."""
+    rise = steps * 3 // 4
+    return [start + (final - start) * min(i, rise) / rise for i in range(1, steps + 1)]
+
+
+def write_job(
+    root: Path,
+    name: str,
+    overrides: list[str],
+    rewards: list[float],
+    *,
+    stds: list[float] | None = None,
+    kls: list[float] | None = None,
+    status: str | None = "completed",
+    error: str | None = None,
+    kl_threshold: float = 0.1,
+    config: bool = True,
+    extra_config: str = "",
+    torn_tail: bool = False,
+) -> Path:
+    """A job folder as train.py leaves it; ``status=None`` leaves out summary.json (a killed job)."""
+    job = root / name
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    if config:
+        monitor = f"monitor:\n  kl_threshold: {kl_threshold}\n  min_reward_std: 0.05\n"
+        (job / "config.yaml").write_text("seed: 0\ngrpo:\n  num_generations: 4\n" + monitor + extra_config)
+    stds = stds or [0.3] * len(rewards)
+    rows = []
+    for i, (reward, std) in enumerate(zip(rewards, stds, strict=True), start=1):
+        row = {"step": i, "reward": reward, "reward_std": std, "frac_reward_zero_std": 0.1, "loss": 0.0}
+        if kls is not None:
+            row["kl"] = kls[i - 1]
+        rows.append(row)
+    lines = [json.dumps(r) for r in rows] + ([json.dumps({"step": len(rows), "train_runtime": 9.0})] if status else [])
+    text = "\n".join(lines) + "\n" + ('{"step": 99, "rew' if torn_tail else "")
+    (job / "metrics.jsonl").write_text(text)
+    if status:
+        summary = {"name": ",".join(overrides), "status": status, "wall_time_s": 12.5, "startup_s": 2.0}
+        summary |= summarize(rows, kl_threshold) | {"alerts": [], "overrides": {}}
+        if error:
+            summary["error"] = error
+        (job / "summary.json").write_text(json.dumps(summary))
+    if error:
+        (job / "error.txt").write_text(f"Traceback (most recent call last):\n  ...\n{error}\n")
+    return job
+
+
+def collapsing(final: float) -> tuple[list[float], list[float]]:
+    """Reward peaks at 0.6 mid-run, then every completion scores ``final`` alike (std 0)."""
+    rewards = [0.6 * min(i, 10) / 10 if i <= 10 else final for i in range(1, STEPS + 1)]
+    return rewards, [0.3] * 12 + [0.0] * (STEPS - 12)
+
+
+def grid_sweep(root: Path) -> Path:
+    """num_generations 4,8 × lr 1e-3,3e-4 × seeds 0,1 (+ a failed and a killed seed 2), like `run.py -m`.
+
+    Means per configuration: (4, 1e-3) 0.25 collapsing; (4, 3e-4) 0.55; (8, 1e-3) 0.70 with KL above
+    0.1 in its last 5 steps; (8, 3e-4) 0.825, the best, although job 5 alone scores highest (0.95).
+    """
+    stable_kl = [STABLE_KL] * STEPS
+    high_kl = [STABLE_KL] * (STEPS - 5) + [HIGH_KL] * 5
+    plan = [
+        ((4, "1e-3", 0), collapsing(0.2), stable_kl, {}),
+        ((4, "1e-3", 1), collapsing(0.3), stable_kl, {}),
+        ((4, "3e-4", 0), (ramp(0.5), None), stable_kl, {}),
+        ((4, "3e-4", 1), (ramp(0.6), None), stable_kl, {}),
+        ((4, "3e-4", 2), (ramp(0.2, 3), None), stable_kl[:3], {"status": "failed", "error": OOM}),
+        ((8, "1e-3", 0), (ramp(0.95), None), high_kl, {}),
+        ((8, "1e-3", 1), (ramp(0.45), None), high_kl, {}),
+        ((8, "3e-4", 0), (ramp(0.8), None), stable_kl, {}),
+        ((8, "3e-4", 1), (ramp(0.85), None), stable_kl, {}),
+        ((8, "3e-4", 2), (ramp(0.99, 8), None), stable_kl[:8], {"status": None, "torn_tail": True}),
+    ]
+    sweep = root / "multirun" / "2026-11-29" / "18-00-00"
+    sweep.mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("hydra:\n  mode: MULTIRUN\n")
+    for num, ((group, lr, seed), (rewards, stds), kls, extra) in enumerate(plan):
+        overrides = [f"grpo.num_generations={group}", f"optimizer.lr={lr}", f"seed={seed}", "logger=none"]
+        write_job(sweep, str(num), overrides, rewards, stds=stds, kls=kls, **extra)
+    return sweep
+
+
+@pytest.fixture(scope="module")
+def grid_report(tmp_path_factory) -> Path:
+    sweep = grid_sweep(tmp_path_factory.mktemp("outputs"))
+    report = write_report(sweep)
+    assert report == sweep / "report" / "report.md"
+    return report
+
+
+def read_csv(report: Path) -> list[dict[str, str]]:
+    with (report.parent / "report.csv").open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def section(report: Path, title: str) -> str:
+    return report.read_text().split(f"## {title}\n")[1].split("\n## ")[0]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR", f"{path.name} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_table_has_one_row_per_job_with_swept_columns_best_first(grid_report):
+    rows = read_csv(grid_report)
+    assert len(rows) == 10
+    assert list(rows[0])[:5] == ["job", "grpo.num_generations", "optimizer.lr", "seed", "status"]
+    assert "logger" not in rows[0]  # the same in every job: not swept
+    for column in ("final_reward", "peak_reward", "final_reward_std", "mean_kl", "max_kl", "wall_time_s", "error"):
+        assert column in rows[0]
+    best = rows[0]
+    assert (best["job"], best["grpo.num_generations"], best["optimizer.lr"], best["seed"]) == ("5", "8", "0.001", "0")
+    assert float(best["final_reward"]) == pytest.approx(0.95)
+    assert [r["job"] for r in rows[:8]] == ["5", "8", "7", "3", "2", "6", "1", "0"]
+    finals = [float(r["final_reward"]) for r in rows[:8]]
+    assert finals == sorted(finals, reverse=True)
+    assert {r["status"] for r in rows[8:]} == {"failed", "incomplete"}  # unfinished last, though job 9 scored 0.99
+    assert int(best["steps_above_kl_threshold"]) == 5
+
+
+def test_markdown_table_lists_every_job_in_rank_order(grid_report):
+    table = section(grid_report, "Results").strip().splitlines()
+    assert table[0].startswith("| job | grpo.num_generations | optimizer.lr | seed | status |")
+    assert "steps KL > 0.1" in table[0]
+    jobs = [line.split("|")[1].strip() for line in table[2:]]
+    assert jobs == [r["job"] for r in read_csv(grid_report)]
+
+
+def test_plots_are_valid_pngs_and_linked_from_the_report(grid_report):
+    text = grid_report.read_text()
+    for name in ("reward_curves.png", "kl_curves.png", "final_reward_heatmap.png"):
+        path = grid_report.parent / name
+        width, height = png_size(path)
+        assert 500 < width < 3000 and 400 < height < 2000, (name, width, height)
+        assert path.stat().st_size > 10_000
+        assert f"]({name})" in text
+
+
+def test_heatmap_cell_is_the_mean_over_completed_seeds(grid_report):
+    sweep = load_sweep(grid_report.parent.parent)
+    xs, ys, cells = objective_grid(sweep, GROUP_SIZE_KEY, LR_KEY)
+    assert xs == [4, 8] and ys == [pytest.approx(3e-4), pytest.approx(1e-3)]
+    cell = cells[(xs.index(8), 0)]  # group size 8, lr 3e-4: seeds 0 and 1; seed 2 was killed
+    assert cell.n == 2
+    assert cell.mean == pytest.approx(statistics.fmean([0.8, 0.85]))
+    assert cell.std == pytest.approx(statistics.stdev([0.8, 0.85]))
+    assert cells[(0, 0)].n == 2  # group size 4, lr 3e-4: the failed seed 2 is left out
+    grid = section(grid_report, "`final_reward` by `grpo.num_generations` × `optimizer.lr` (mean ± std over seeds)")
+    assert "| 0.0003 | 0.550 ± 0.071 (n=2) | 0.825 ± 0.035 (n=2) |" in grid
+
+
+def test_verdict_names_the_best_configuration_by_mean_over_seeds(grid_report):
+    verdict = section(grid_report, "Verdict")
+    assert "**Best configuration:** `grpo.num_generations=8, optimizer.lr=0.0003`: final_reward 0.825" in verdict
+    assert "mean ± std over 2 seeds" in verdict
+
+
+def test_verdict_flags_kl_excursion_and_reward_std_collapse(grid_report):
+    lines = section(grid_report, "Verdict").splitlines()
+    stable = next(line for line in lines if line.startswith("- **Stable**"))
+    assert "`grpo.num_generations=8, optimizer.lr=0.0003`" in stable
+    assert "`grpo.num_generations=4, optimizer.lr=0.0003`" in stable
+    assert "optimizer.lr=0.001" not in stable
+    kl = next(line for line in lines if line.startswith("- **KL excursion:**"))
+    assert "`grpo.num_generations=8, optimizer.lr=0.001`" in kl
+    assert "5 steps above 0.1 (max KL 0.300) in jobs 5, 6" in kl
+    collapse = next(line for line in lines if line.startswith("- **Reward std collapse:**"))
+    assert "`grpo.num_generations=4, optimizer.lr=0.001`: final reward std 0.000 < 0.05 while" in collapse
+    assert "final reward 0.200–0.300 is below its peak 0.600, in jobs 0, 1" in collapse
+
+
+def test_failed_job_is_listed_with_its_error(grid_report):
+    verdict = section(grid_report, "Verdict")
+    assert f"- **Failed:** job 4 (`grpo.num_generations=4, optimizer.lr=0.0003, seed=2`): {OOM}" in verdict
+    failed = next(r for r in read_csv(grid_report) if r["job"] == "4")
+    assert (failed["status"], failed["error"]) == ("failed", OOM)
+
+
+def test_killed_job_is_reported_incomplete_from_its_metrics(grid_report):
+    verdict = section(grid_report, "Verdict")
+    assert "- **Incomplete** (no summary.json: killed, or still running): job 9 (" in verdict
+    assert "8 steps logged" in verdict
+    killed = next(r for r in read_csv(grid_report) if r["job"] == "9")
+    assert killed["status"] == "incomplete" and int(killed["steps"]) == 8
+    assert float(killed["final_reward"]) == pytest.approx(0.99)
+    assert "job 9: 1 torn line(s) in metrics.jsonl skipped" in section(grid_report, "Notes")
+
+
+def test_single_run_folder_is_reported_as_one_configuration(tmp_path):
+    run = write_job(tmp_path, "18-12-49", ["grpo.max_steps=20"], ramp(0.7), kls=[0.05] * STEPS)
+    report = write_report(run)
+    rows = read_csv(report)
+    assert [(r["job"], r["status"]) for r in rows] == [("18-12-49", "completed")]
+    verdict = section(report, "Verdict")
+    assert "**Only configuration:** `grpo.max_steps=20`: final_reward 0.700" in verdict
+    assert "**Stable**" in verdict and "`grpo.max_steps=20`" in verdict.split("**Stable**")[1]
+    assert sorted(p.name for p in report.parent.glob("*.png")) == ["kl_curves.png", "reward_curves.png"]
+
+
+def test_one_swept_key_gets_a_bar_plot_not_a_heatmap(tmp_path):
+    for num, (lr, seed, final) in enumerate([("1e-3", 0, 0.4), ("1e-3", 1, 0.6), ("3e-4", 0, 0.7), ("3e-4", 1, 0.9)]):
+        write_job(tmp_path, str(num), [f"optimizer.lr={lr}", f"seed={seed}"], ramp(final), kls=[0.01] * STEPS)
+    report = write_report(tmp_path)
+    png_size(report.parent / "final_reward_vs_optimizer.lr.png")
+    assert not list(report.parent.glob("*heatmap*"))
+    assert "| 0.0003 | 0.800 ± 0.141 (n=2) |" in report.read_text()
+    assert "**Best configuration:** `optimizer.lr=0.0003`: final_reward 0.800" in section(report, "Verdict")
+
+
+def test_mixed_and_damaged_job_folders_are_reported_not_fatal(tmp_path):
+    write_job(tmp_path, "0", ["optimizer.lr=1e-3"], ramp(0.5), kls=[0.01] * STEPS)
+    write_job(tmp_path, "1", ["optimizer.lr=2e-3"], ramp(0.6))  # grpo.beta=0: no KL logged
+    write_job(tmp_path, "2", ["optimizer.lr=3e-3"], ramp(0.4), kls=[0.01] * STEPS, config=False)
+    write_job(tmp_path, "3", ["optimizer.lr=4e-3"], ramp(0.3), kls=[0.01] * STEPS)
+    (tmp_path / "3" / "summary.json").write_text('{"name": "optimizer.lr=4e-3", "sta')  # torn
+    (tmp_path / "4" / ".hydra").mkdir(parents=True)  # killed before its first step
+    (tmp_path / "4" / ".hydra" / "overrides.yaml").write_text("- optimizer.lr=5e-3\n")
+    (tmp_path / "4" / "config.yaml").write_text("monitor:\n  kl_threshold: 0.1\n")
+    write_job(
+        tmp_path, "5", ["optimizer.lr=6e-3"], [0.1, 0.2, 0.3], kls=[0.15, 0.25, 0.3], status=None, kl_threshold=0.2
+    )
+    old = write_job(tmp_path, "6", ["optimizer.lr=7e-3"], ramp(0.2), kls=[0.01] * STEPS)
+    (old / "summary.json").write_text(json.dumps({"status": "completed", "final_reward": 0.2}))  # older, fewer keys
+
+    report = write_report(tmp_path)
+    rows = {r["job"]: r for r in read_csv(report)}
+    assert [r["status"] for r in read_csv(report)] == ["completed"] * 4 + ["incomplete"] * 3
+    assert rows["1"]["mean_kl"] == "" and rows["1"]["steps_above_kl_threshold"] == ""
+    assert rows["5"]["steps_above_kl_threshold"] == "2"  # its own config's threshold, 0.2
+    assert float(rows["6"]["peak_reward"]) == pytest.approx(0.2)  # filled in from metrics.jsonl
+    assert (rows["4"]["steps"], rows["4"]["final_reward"]) == ("0", "")
+    notes = section(report, "Notes")
+    assert "job 2: no readable config.yaml" in notes
+    assert "job 3: summary.json is unreadable" in notes
+    assert "`kl` was not logged by job 1" in notes
+    verdict = section(report, "Verdict")
+    assert "job 1 logged no KL" in verdict
+    stable = next(line for line in verdict.splitlines() if line.startswith("- **Stable**"))
+    assert "`optimizer.lr=0.002`" in stable and "0.004" not in stable  # not judged on a partial run alone
+    assert "- **KL excursion:** `optimizer.lr=0.006`: 2 steps above 0.2 (max KL 0.300) in job 5." in verdict
+    assert "| 5 | 0.006 | incomplete |" in report.read_text() and "| 2 (> 0.2) |" in report.read_text()
+    png_size(report.parent / "kl_curves.png")
+
+
+def test_objective_and_direction_change_the_ranking(tmp_path):
+    write_job(tmp_path, "0", ["optimizer.lr=1e-3"], ramp(0.9), kls=[0.4] * STEPS)
+    write_job(tmp_path, "1", ["optimizer.lr=1e-4"], ramp(0.5), kls=[0.05] * STEPS)
+    ranking = lambda: [r["job"] for r in read_csv(tmp_path / "report" / "report.md")]  # noqa: E731
+    assert main([str(tmp_path), "--no-plots"]) == 0
+    assert ranking() == ["0", "1"]
+    assert main([str(tmp_path), "--objective", "max_kl", "--no-plots"]) == 0  # KL: lower is better by default
+    assert ranking() == ["1", "0"]
+    assert main([str(tmp_path), "--objective", "max_kl", "--maximize", "--no-plots"]) == 0
+    assert ranking() == ["0", "1"]
+    assert not list((tmp_path / "report").glob("*.png"))
+    assert main([str(tmp_path), "--objective", "no_such_metric", "--no-plots"]) == 2
+
+
+def test_default_objective_is_the_one_the_jobs_returned_to_the_sweeper(tmp_path):
+    write_job(
+        tmp_path, "0", ["optimizer.lr=1e-3"], ramp(0.9)[:10] + [0.2] * 10, extra_config="objective: peak_reward\n"
+    )
+    write_job(tmp_path, "1", ["optimizer.lr=1e-4"], ramp(0.5), extra_config="objective: peak_reward\n")
+    report = write_report(tmp_path, plots=False)
+    assert "Ranked by `peak_reward` (higher is better)" in report.read_text()
+    assert [r["job"] for r in read_csv(report)] == ["0", "1"]
+
+
+def test_search_sweep_gets_a_scatter_plot_in_the_sweepers_direction(tmp_path):
+    """An Optuna-like search: continuous learning rates, a few group sizes, direction from multirun.yaml."""
+    (tmp_path / "multirun.yaml").write_text("hydra:\n  sweeper:\n    direction: minimize\n")
+    for num in range(MAX_GRID_VALUES + 2):
+        overrides = [f"grpo.num_generations={(4, 6, 8)[num % 3]}", f"optimizer.lr={1e-5 * (1 + num / 3):.3g}"]
+        write_job(tmp_path, str(num), overrides, ramp(0.3 + num / 30), kls=[0.01] * STEPS)
+    report = write_report(tmp_path)
+    assert "Ranked by `final_reward` (lower is better)" in report.read_text()
+    assert read_csv(report)[0]["job"] == "0"
+    png_size(report.parent / "final_reward_vs_optimizer.lr.png")
+    assert not list(report.parent.glob("*heatmap*"))
+    assert "## `final_reward` by" not in report.read_text()  # no grid table for scattered values
+    assert load_sweep(tmp_path, "peak_reward").maximize  # the sweeper's direction was for its own objective
+
+
+def test_cli_exits_2_with_one_line_when_there_is_nothing_to_report(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no job folders in") and err.count("\n") == 1
+    assert main([str(tmp_path / "missing")]) == 2
+    grid_sweep(tmp_path)  # a folder of sweeps, not of jobs: the error points at one
+    assert main([str(tmp_path / "multirun" / "2026-11-29")]) == 2
+    assert "18-00-00" in capsys.readouterr().err
+    result = subprocess.run(
+        [sys.executable, "-m", "grpo_exp.compare", str(tmp_path / "missing")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and result.stderr.startswith("error:")
+
+
+def test_report_without_matplotlib_still_has_table_and_verdict(tmp_path, monkeypatch):
+    write_job(tmp_path, "0", ["optimizer.lr=1e-3"], ramp(0.5), kls=[0.01] * STEPS)
+    write_job(tmp_path, "1", ["optimizer.lr=1e-4"], ramp(0.4), kls=[0.01] * STEPS)
+    monkeypatch.setitem(sys.modules, "grpo_exp.report_plots", None)  # import fails as if matplotlib were missing
+    report = write_report(tmp_path)
+    assert [r["job"] for r in read_csv(report)] == ["0", "1"]
+    assert "plots skipped" in section(report, "Notes") and "## Plots" not in report.read_text()
+    assert not list(report.parent.glob("*.png"))
+
+
+def test_importing_compare_loads_neither_matplotlib_nor_pandas():
+    code = "import sys, grpo_exp.compare; print(sorted({'matplotlib', 'pandas'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "[]", result.stderr

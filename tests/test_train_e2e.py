@@ -1,0 +1,73 @@
+"""A real, short GRPO run of the embedded tiny model through run.py, as a user starts it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_exp.metrics import read_metrics
+from tests.conftest import ROOT
+
+STEPS = 40
+
+
+def run_training(out: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    command = [sys.executable, "run.py", f"hydra.run.dir={out}", "logger.mode=offline", *overrides]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("default_run")
+    result = run_training(out, f"grpo.max_steps={STEPS}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def test_reward_rises(default_run):
+    summary = json.loads((default_run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == STEPS
+    assert summary["first_reward"] < 0.2
+    assert summary["final_reward"] > summary["first_reward"] + 0.2
+
+
+def test_metrics_hold_reward_std_and_kl_every_step(default_run):
+    rows = read_metrics(default_run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    for key in ("reward", "reward_std", "kl", "rewards/format/mean", "frac_reward_zero_std"):
+        assert all(key in r for r in rows), key
+    assert any(r["kl"] > 0 for r in rows)
+
+
+def test_offline_wandb_run_is_in_the_job_folder(default_run):
+    runs = list((default_run / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    assert list(runs[0].glob("*.wandb")), "the run's data file"
+
+
+def test_job_folder_holds_model_config_and_summary(default_run):
+    assert (default_run / "model" / "config.json").is_file()
+    assert "num_generations: 6" in (default_run / "config.yaml").read_text()
+    summary = json.loads((default_run / "summary.json").read_text())
+    assert summary["wall_time_s"] > 0 and summary["max_kl"] is not None
+
+
+def test_a_reward_that_raises_fails_the_job_in_one_line_and_keeps_what_was_written(tmp_path):
+    rewards = tmp_path / "broken.py"
+    rewards.write_text("def explode(completions):\n    raise RuntimeError('reward server down')\n")
+    out = tmp_path / "job"
+    result = run_training(out, "grpo.max_steps=3", "reward=custom", f"reward.parts.main.fn={rewards}:explode")
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if "[ERROR]" in line]
+    assert len(errors) == 1 and "RuntimeError: reward server down" in errors[0]
+    assert "Traceback" not in result.stderr
+    assert "reward server down" in (out / "error.txt").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and "reward server down" in summary["error"]
+    assert (out / "config.yaml").is_file()
