@@ -62,7 +62,7 @@ def run_job(cfg: DictConfig) -> float:
             log.warning(warning)
         from grpo_exp.train import train
 
-        return train(settings, cfg, output_dir, identity_from_hydra())
+        return train(settings, output_dir, identity_from_hydra())
     except Exception as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

@@ -1,19 +1,20 @@
 """One GRPO job: model, prompts and rewards from the config into TRL's GRPOTrainer, results on disk.
 
-Writes to the job folder: ``config.yaml`` (resolved), ``metrics.jsonl`` (every logged step),
+Writes to the job folder: ``config.yaml`` (the config as run, derived values included), ``metrics.jsonl`` (every logged step),
 ``summary.json`` (also when the job fails), ``model/`` (final weights or LoRA adapter), and the
 W&B run (``wandb/`` when offline).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from grpo_exp import data, hardware, models
 from grpo_exp.config import ExperimentConfig
@@ -26,14 +27,14 @@ from grpo_exp.tracking import RunIdentity, wandb_run
 log = logging.getLogger(__name__)
 
 
-def train(settings: ExperimentConfig, cfg: DictConfig, output_dir: Path, identity: RunIdentity) -> float:
+def train(settings: ExperimentConfig, output_dir: Path, identity: RunIdentity) -> float:
     """Run the job; returns its ``objective`` from the summary (NaN when there is none)."""
     started = time.perf_counter()
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True), encoding="utf-8")
+    resolved = dataclasses.asdict(settings)  # as run: derived values (e.g. the batch size) included
+    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved), encoding="utf-8")
     monitor = HealthMonitor(settings.monitor)
     outcome: dict[str, Any] = {"status": "failed"}
-    resolved = OmegaConf.to_container(cfg, resolve=True)
     with wandb_run(settings.logger, identity, resolved, output_dir) as run:
         try:
             trainer = build_trainer(settings, output_dir, monitor, run)
