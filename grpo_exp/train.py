@@ -1,8 +1,8 @@
 """One GRPO job: model, prompts and rewards from the config into TRL's GRPOTrainer, results on disk.
 
-Writes to the job folder: ``config.yaml`` (the config as run, derived values included), ``metrics.jsonl`` (every logged step),
-``summary.json`` (also when the job fails), ``model/`` (final weights or LoRA adapter), and the
-W&B run (``wandb/`` when offline).
+Writes to the job folder: ``config.yaml`` (the config as run, derived values included),
+``metrics.jsonl`` (every logged step), ``summary.json`` (also when the job fails), ``model/``
+(final weights or LoRA adapter), and the W&B run (``wandb/`` when offline).
 """
 
 from __future__ import annotations
