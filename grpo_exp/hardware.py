@@ -29,3 +29,8 @@ def installed(package: str) -> bool:
 def world_size() -> int:
     """Processes in this training job: set by accelerate/torchrun, 1 for a plain run."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_primary_process() -> bool:
+    """The process that logs and writes the job's files (rank 0 under accelerate/torchrun)."""
+    return os.environ.get("RANK", "0") == "0"

@@ -30,12 +30,15 @@ log = logging.getLogger(__name__)
 def train(settings: ExperimentConfig, output_dir: Path, identity: RunIdentity) -> float:
     """Run the job; returns its ``objective`` from the summary (NaN when there is none)."""
     started = time.perf_counter()
+    primary = hardware.is_primary_process()  # with several processes, one logs and writes files
     output_dir.mkdir(parents=True, exist_ok=True)
     resolved = dataclasses.asdict(settings)  # as run: derived values (e.g. the batch size) included
-    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved), encoding="utf-8")
+    if primary:
+        (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved), encoding="utf-8")
     monitor = HealthMonitor(settings.monitor)
     outcome: dict[str, Any] = {"status": "failed"}
-    with wandb_run(settings.logger, identity, resolved, output_dir) as run:
+    logger = settings.logger if primary else dataclasses.replace(settings.logger, backend="none")
+    with wandb_run(logger, identity, resolved, output_dir) as run:
         try:
             trainer = build_trainer(settings, output_dir, monitor, run)
             outcome["startup_s"] = round(time.perf_counter() - started, 2)
@@ -49,7 +52,7 @@ def train(settings: ExperimentConfig, output_dir: Path, identity: RunIdentity) -
             raise
         finally:
             outcome["wall_time_s"] = round(time.perf_counter() - started, 2)
-            summary = _summary(settings, output_dir, monitor, identity, outcome)
+            summary = _summary(settings, output_dir, monitor, identity, outcome, write=primary)
             if run is not None:
                 run.summary.update({f"summary/{k}": v for k, v in summary.items() if _scalar(v)})
     objective = summary.get(settings.objective)
@@ -144,7 +147,12 @@ def _quiet_library_noise() -> None:
 
 
 def _summary(
-    settings: ExperimentConfig, output_dir: Path, monitor: HealthMonitor, identity: RunIdentity, outcome: dict
+    settings: ExperimentConfig,
+    output_dir: Path,
+    monitor: HealthMonitor,
+    identity: RunIdentity,
+    outcome: dict,
+    write: bool,
 ) -> dict[str, Any]:
     rows = read_metrics(output_dir / METRICS_FILE)
     summary = {
@@ -154,7 +162,8 @@ def _summary(
         "alerts": [{"kind": a.kind, "step": a.step, "message": a.message} for a in monitor.alerts],
         "overrides": {k: v if _scalar(v) else str(v) for k, v in identity.overrides.items()},
     }
-    write_summary(output_dir / SUMMARY_FILE, summary)
+    if write:
+        write_summary(output_dir / SUMMARY_FILE, summary)
     return summary
 
 

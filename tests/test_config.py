@@ -11,7 +11,7 @@ from grpo_exp.cli import CONF_DIR
 from grpo_exp.config import ExperimentConfig
 from grpo_exp.errors import UserError
 from grpo_exp.validate import validate
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ROOT
 
 # Options that need one more value to be complete, as a user would give it.
 EXTRA = {
@@ -79,3 +79,33 @@ def test_config_mistakes_are_one_line(override, message):
         check_command(CONF_DIR, "config", [override], multirun=False)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("sweep", sorted(p.stem for p in (CONF_DIR / "sweep").glob("*.yaml")))
+def test_every_sweep_preset_expands_into_valid_jobs(sweep):
+    from grpo_exp.preflight import check_command, job_overrides
+
+    plugin = NEEDS_PLUGIN.get(f"sweep/{sweep}")
+    if plugin and not importlib.util.find_spec(plugin):
+        pytest.skip(f"needs {plugin} (an optional extra)")
+    check_command(CONF_DIR, "config", [f"+sweep={sweep}"], multirun=True)
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        jobs = list(job_overrides("config", [f"+sweep={sweep}"]))
+    assert len(jobs) >= 2
+    assert all(any(o.startswith("grpo.num_generations=") for o in job) for job in jobs)
+
+
+def test_wandb_sweep_calls_run_py_with_valid_overrides():
+    import yaml
+
+    from grpo_exp.preflight import check_command
+
+    spec = yaml.safe_load((ROOT / "sweeps" / "wandb" / "group_size_lr.yaml").read_text())
+    assert spec["program"] == "run.py" and "${args_no_hyphens}" in spec["command"]
+    params = spec["parameters"]
+    grid = [
+        f"{k}={','.join(map(str, p['values']))}" if "values" in p else f"{k}={p['value']}" for k, p in params.items()
+    ]
+    check_command(CONF_DIR, "config", grid, multirun=True)
