@@ -53,10 +53,12 @@ class TinyRecipe:
     intermediate_size: int = 256
     max_position_embeddings: int = 320
     corpus_size: int = 2000
+    scenarios: dict[str, float] = field(default_factory=lambda: {"customer_service": 0.75, "content_creation": 0.25})
     sft_steps: int = 300
     sft_batch_tokens: int = 2048
     sft_lr: float = 3e-3
     format_share: float = 0.1
+    correct_share: float = 0.3
     seed: int = 0
 
 

@@ -19,7 +19,7 @@ import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from grpo_exp.compare import Cell, Job, Sweep, format_value, grid_axes, group_jobs, is_grid, objective_grid
+from grpo_exp.sweep_results import Cell, Job, Sweep, format_value, grid_axes, group_jobs, is_grid, objective_grid
 
 log = logging.getLogger(__name__)
 

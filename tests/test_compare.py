@@ -12,16 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp.compare import (
-    GROUP_SIZE_KEY,
-    LR_KEY,
-    MAX_GRID_VALUES,
-    load_sweep,
-    main,
-    objective_grid,
-    write_report,
-)
+from grpo_exp.compare import main, write_report
 from grpo_exp.metrics import summarize
+from grpo_exp.sweep_results import GROUP_SIZE_KEY, LR_KEY, MAX_GRID_VALUES, load_sweep, objective_grid
 from tests.conftest import ROOT
 
 STEPS = 20

@@ -52,7 +52,7 @@ def recipe_key(recipe: TinyRecipe) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps(dataclasses.asdict(recipe), sort_keys=True).encode())
     digest.update(f"builder={BUILDER_VERSION}".encode())
-    for name in corpus_files():
+    for name in corpus_files(recipe):
         digest.update(shipped_file(name).read_bytes())
     return digest.hexdigest()[:12]
 
@@ -90,7 +90,7 @@ def build(recipe: TinyRecipe, out: Path) -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    corpus = build_corpus(recipe.corpus_size, recipe.format_share, recipe.seed)
+    corpus = build_corpus(recipe)
     tokenizer = train_tokenizer(corpus, recipe.vocab_size)
     torch.manual_seed(recipe.seed)
     config = Qwen2Config(

@@ -1,27 +1,33 @@
-"""The warm-up corpus of the embedded model: (prompt, reply) pairs composed from shipped fragments.
+"""The warm-up corpus of the embedded model: (prompt, reply) pairs composed from shipped data.
 
-Customer-service replies are built slot by slot (greeting, solution, resolution, optional polite
-phrase, sign-off). Each of the three slots the article's format checks takes its exact wording
-with probability ``format_share ** (1/3)``, so about ``format_share`` of the replies meet the full
-format and the rest miss it in varied ways: the model starts out sometimes right, and GRPO has a
-gradient to follow. Content-creation replies are the shipped passages, of varied length and keyword use.
+The mix is set by the recipe's ``scenarios`` (scenario -> share of the corpus). Each scenario's
+replies are sometimes right and sometimes not, so the model starts out sampling both and GRPO
+has a difference to learn from:
+
+- customer service: replies built slot by slot (greeting, solution, resolution, optional polite
+  phrase, sign-off); each of the three slots the article's format checks takes its exact wording
+  with probability ``format_share ** (1/3)``, so about ``format_share`` of replies meet the format;
+- content creation: the shipped passages, of varied length and keyword use;
+- code generation: the reference solution with probability ``correct_share``, else a near-miss
+  variant of it (``code_variants``), in a markdown code block.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from grpo_exp.config import TinyRecipe
 from grpo_exp.data import read_records, shipped_file
+from grpo_exp.models.code_variants import wrong_variant
 
 FRAGMENTS = "warmup/customer_service_replies.json"
 PASSAGES = "warmup/content_creation_passages.jsonl"
 # Share of customer-service replies that carry a polite phrase (the article's tone reward).
 POLITE_SHARE = 0.3
-# Customer-service prompts outnumber writing prompts in the mix; they carry the default reward.
-CUSTOMER_SERVICE_SHARE = 0.75
 FORMAT_SLOTS = 3
 
 
@@ -32,34 +38,73 @@ class Example:
     reply: str
 
 
-def corpus_files() -> list[str]:
-    """Every shipped file the corpus reads: part of the tiny model's cache key."""
-    return ["customer_service.jsonl", "content_creation.jsonl", FRAGMENTS, PASSAGES]
+def corpus_files(recipe: TinyRecipe) -> list[str]:
+    """Every shipped file the recipe's corpus reads: part of the tiny model's cache key."""
+    return sorted({name for scenario, share in recipe.scenarios.items() if share for name in _SCENARIOS[scenario][0]})
 
 
-def build_corpus(size: int, format_share: float, seed: int) -> list[Example]:
-    """``size`` warm-up examples, deterministic for ``seed``."""
-    rng = random.Random(seed)
-    fragments = json.loads(shipped_file(FRAGMENTS).read_text(encoding="utf-8"))
-    service = read_records(shipped_file("customer_service.jsonl"))
-    writing = read_records(shipped_file("content_creation.jsonl"))
-    passages = read_records(shipped_file(PASSAGES))
-    slot_exact = format_share ** (1 / FORMAT_SLOTS)
-    examples = []
-    for _ in range(size):
-        if rng.random() < CUSTOMER_SERVICE_SHARE:
-            record = rng.choice(service)
-            reply = _service_reply(rng, fragments, record, slot_exact)
-            examples.append(Example("customer_service", record["prompt"], reply))
-        else:
-            examples.append(Example("content_creation", rng.choice(writing)["prompt"], rng.choice(passages)["text"]))
+def build_corpus(recipe: TinyRecipe) -> list[Example]:
+    """``recipe.corpus_size`` warm-up examples in the recipe's mix, deterministic for its seed."""
+    rng = random.Random(recipe.seed)
+    total = sum(recipe.scenarios.values())
+    examples: list[Example] = []
+    for scenario, share in recipe.scenarios.items():
+        count = round(recipe.corpus_size * share / total)
+        examples += _SCENARIOS[scenario][1](rng, count, recipe)
+    rng.shuffle(examples)
     return examples
 
 
-def _service_reply(rng: random.Random, fragments: dict[str, Any], record: dict[str, Any], exact: float) -> str:
-    def slot(name: str) -> str:
-        return rng.choice(fragments[name]["exact" if rng.random() < exact else "other"])
+def scenarios() -> list[str]:
+    return sorted(_SCENARIOS)
 
-    bodies = fragments["bodies"][record["category"]]
-    polite = rng.choice(fragments["polite"]) if rng.random() < POLITE_SHARE else ""
-    return slot("openings") + rng.choice(bodies) + slot("resolutions") + polite + slot("closings")
+
+def _customer_service(rng: random.Random, count: int, recipe: TinyRecipe) -> list[Example]:
+    fragments = json.loads(shipped_file(FRAGMENTS).read_text(encoding="utf-8"))
+    records = read_records(shipped_file("customer_service.jsonl"))
+    exact = recipe.format_share ** (1 / FORMAT_SLOTS)
+
+    def reply(record: dict[str, Any]) -> str:
+        def slot(name: str) -> str:
+            return rng.choice(fragments[name]["exact" if rng.random() < exact else "other"])
+
+        polite = rng.choice(fragments["polite"]) if rng.random() < POLITE_SHARE else ""
+        body = rng.choice(fragments["bodies"][record["category"]])
+        return slot("openings") + body + slot("resolutions") + polite + slot("closings")
+
+    chosen = [rng.choice(records) for _ in range(count)]
+    return [Example("customer_service", r["prompt"], reply(r)) for r in chosen]
+
+
+def _content_creation(rng: random.Random, count: int, recipe: TinyRecipe) -> list[Example]:
+    passages = read_records(shipped_file(PASSAGES))
+    requests = read_records(shipped_file("content_creation.jsonl"))
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for request in requests:
+        by_topic.setdefault(request["topic"], []).append(request)
+    examples = []
+    for _ in range(count):
+        passage = rng.choice(passages)
+        request = rng.choice(by_topic.get(passage["topic"]) or requests)  # a request on the passage's topic
+        examples.append(Example("content_creation", request["prompt"], passage["text"]))
+    return examples
+
+
+def _code_generation(rng: random.Random, count: int, recipe: TinyRecipe) -> list[Example]:
+    problems = read_records(shipped_file("code_generation.jsonl"))
+    examples = []
+    for _ in range(count):
+        problem = rng.choice(problems)
+        right = rng.random() < recipe.correct_share
+        code = problem["reference"] if right else wrong_variant(problem["reference"], rng)
+        examples.append(Example("code_generation", problem["prompt"], f"```python\n{code}\n```"))
+    return examples
+
+
+Builder = Callable[[random.Random, int, TinyRecipe], list[Example]]
+# scenario -> (shipped files it reads, builder)
+_SCENARIOS: dict[str, tuple[tuple[str, ...], Builder]] = {
+    "customer_service": (("customer_service.jsonl", FRAGMENTS), _customer_service),
+    "content_creation": (("content_creation.jsonl", PASSAGES), _content_creation),
+    "code_generation": (("code_generation.jsonl",), _code_generation),
+}

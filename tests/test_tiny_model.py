@@ -1,0 +1,94 @@
+"""The embedded model: built offline, deterministic, cached by recipe, loaded like a hub model."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import random
+import re
+
+import pytest
+
+from grpo_exp.config import TinyRecipe
+from grpo_exp.data import read_records, shipped_file
+from grpo_exp.models import tiny
+from grpo_exp.models.code_variants import wrong_variant
+from grpo_exp.models.warmup import build_corpus
+
+# A recipe small enough to build in a second or two.
+SMALL = TinyRecipe(
+    vocab_size=400,
+    hidden_size=32,
+    num_layers=1,
+    num_heads=2,
+    num_kv_heads=1,
+    intermediate_size=64,
+    corpus_size=60,
+    sft_steps=3,
+    sft_batch_tokens=512,
+)
+FORMAT = re.compile(r"^您好.+问题已解决.+如有其他问题请随时联系$")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(tiny.CACHE_ENV, str(tmp_path))
+    return tmp_path
+
+
+def test_build_is_deterministic_and_loads_through_from_pretrained(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    for out in (first, second):
+        out.mkdir()
+        tiny.build(SMALL, out)
+    a, b = (AutoModelForCausalLM.from_pretrained(p) for p in (first, second))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+    assert (first / "tokenizer.json").read_bytes() == (second / "tokenizer.json").read_bytes()
+    tokenizer = AutoTokenizer.from_pretrained(first)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "你好"}], add_generation_prompt=True, tokenize=False
+    )
+    assert prompt == "<|im_start|>user\n你好<|im_end|>\n<|im_start|>assistant\n"
+    assert a.generation_config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+
+def test_cache_is_keyed_by_recipe(cache, monkeypatch):
+    path = tiny.ensure_built(SMALL)
+    assert path.parent == cache and (path / "config.json").is_file()
+    monkeypatch.setattr(tiny, "build", lambda *a: pytest.fail("rebuilt a cached model"))
+    assert tiny.ensure_built(SMALL) == path
+    changed = dataclasses.replace(SMALL, sft_steps=4)
+    assert tiny.recipe_key(changed) != tiny.recipe_key(SMALL)
+
+
+def test_warmup_replies_meet_the_format_about_as_often_as_the_recipe_says():
+    corpus = build_corpus(dataclasses.replace(SMALL, corpus_size=2000, scenarios={"customer_service": 1.0}))
+    share = sum(bool(FORMAT.match(ex.reply)) for ex in corpus) / len(corpus)
+    assert 0.05 < share < 0.15  # format_share = 0.1
+    assert len({ex.reply for ex in corpus}) > 1500  # varied, not a handful of templates
+
+
+def test_warmup_mix_follows_the_scenario_shares():
+    corpus = build_corpus(dataclasses.replace(SMALL, corpus_size=400))
+    counts = {s: sum(ex.scenario == s for ex in corpus) for s in ("customer_service", "content_creation")}
+    assert counts == {"customer_service": 300, "content_creation": 100}
+
+
+def test_code_variants_are_wrong_but_mostly_still_python():
+    rng = random.Random(0)
+    problems = read_records(shipped_file("code_generation.jsonl"))
+    variants = [(p["reference"], wrong_variant(p["reference"], rng)) for p in problems]
+    assert all(variant != ast.unparse(ast.parse(ref)) for ref, variant in variants)
+    parses = sum(_parses(variant) for _, variant in variants)
+    assert parses >= 0.8 * len(variants)
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return False
+    return True
