@@ -1,0 +1,49 @@
+"""Run untrusted, model-generated Python and grade it against unit tests, safely.
+
+In-process guards are no sandbox, and a verdict computed where the snippet runs can be forged.
+So each snippet gets:
+
+- a fresh interpreter (``python -I -S``) started for it alone, in a new session, with no
+  stdin, an environment holding nothing of the trainer's, and a private working folder that is
+  removed afterwards (``process``); it is booted one snippet ahead to hide the start-up
+  latency, but never reused (``spares``);
+- kernel limits on CPU time, address space, file size, processes and open files, plus
+  wall-clock timeouts per snippet and per test and a cap on the output the parent reads
+  (``limits``); every process it started is killed at the end (``process``);
+- Linux namespaces where the machine allows: no network, no host processes, and under bwrap no
+  host files (``isolation``, which also lists what each weaker mode lets through); a root
+  trainer runs it under a throw-away uid (``identity``);
+- a verdict decided in the trusted parent (``grading``, ``remote``): the tests run in the
+  parent and only the candidate's own calls cross into the sandbox, with plain data coming
+  back. Exiting early, printing "PASSED", forging the reply pipe or returning an object whose
+  ``__eq__`` is always true gains nothing.
+
+Only the standard library is importable in the sandbox (the trainer's base interpreter with
+``-I -S``; no site-packages).
+
+Typical use::
+
+    from grpo_exp.sandbox import Sandbox, TestSpec
+    sandbox = Sandbox(isolation="auto", workers=4)
+    result = sandbox.grade(code, TestSpec.mbpp(["assert add(1, 2) == 3"]))
+    result.fraction  # 1.0
+"""
+
+from grpo_exp.sandbox.extract import extract_code
+from grpo_exp.sandbox.grading import GradeResult, TestSpec
+from grpo_exp.sandbox.isolation import MODES, available_modes, resolve
+from grpo_exp.sandbox.limits import Limits
+from grpo_exp.sandbox.pool import Sandbox
+from grpo_exp.sandbox.runner import RunResult
+
+__all__ = [
+    "MODES",
+    "GradeResult",
+    "Limits",
+    "RunResult",
+    "Sandbox",
+    "TestSpec",
+    "available_modes",
+    "extract_code",
+    "resolve",
+]

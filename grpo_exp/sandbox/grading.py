@@ -1,0 +1,286 @@
+"""Unit tests of a sample, and how the trusted parent runs them against a sandboxed candidate.
+
+Two dataset shapes:
+
+- MBPP: ``test_list`` (assert statements; each string is one test) and optional
+  ``test_setup_code`` (run in the parent before the tests; never sent to the child, so
+  expected values it may define stay out of the candidate's reach);
+- HumanEval: ``test`` defining ``def check(candidate): ...`` and ``entry_point`` (the function the
+  candidate must define). Each top-level statement of ``check`` that contains an ``assert`` is
+  one test (``assert True, "..."`` placeholders are not counted); the other statements are setup
+  steps run in order. A ``check`` whose body cannot be run statement by statement (it returns
+  or yields) counts as a single test.
+
+The test code runs in the parent, as trusted dataset code, in a fresh namespace per sample. Each
+name the tests use but do not define, and that is neither a builtin nor one of a few standard
+modules, becomes a ``RemoteRef`` into the candidate's program: calling it runs the candidate's
+code in the sandbox and brings back plain data only. The comparisons themselves (``==``,
+``math.isclose``, ...) therefore run in the parent on plain values, and the candidate never
+sees an expected value, only the arguments of its own calls.
+
+Weaker spots, by design: a test that needs the candidate's objects to behave (compare them,
+print them, or see arguments mutated in place) cannot be graded this way and fails; a helper
+the test borrows from the candidate's program (HumanEval's ``poly``, say) is the candidate's
+own and so as trustworthy as the candidate.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_exp.sandbox.remote import LoadFailed, RemoteRef, RemoteSession, SandboxFault, TestTimeout
+from grpo_exp.sandbox.spares import ChildSource
+
+# Standard modules a test may use without importing them (MBPP tests lean on the candidate's
+# imports). They are bound to the parent's real modules so the candidate cannot replace them.
+TEST_MODULES = frozenset(
+    {"math", "cmath", "re", "string", "random", "collections", "itertools", "functools", "heapq",
+     "bisect", "statistics", "fractions", "decimal", "operator", "copy", "datetime", "json"}
+)  # fmt: skip
+
+PASSED, FAILED, ERROR, TIMEOUT = "passed", "failed", "error", "timeout"
+FALLBACK_CANDIDATE = "__candidate__"  # what check() is called with when run as one test
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """A sample's tests, in either dataset shape."""
+
+    __test__ = False  # not a pytest class
+
+    asserts: tuple[str, ...] = ()
+    setup: str = ""
+    check: str | None = None
+    entry_point: str | None = None
+
+    @classmethod
+    def mbpp(cls, test_list: Sequence[str], setup: str | None = None) -> TestSpec:
+        return cls(asserts=tuple(test_list), setup=setup or "")
+
+    @classmethod
+    def humaneval(cls, test: str, entry_point: str) -> TestSpec:
+        return cls(check=test, entry_point=entry_point)
+
+    @classmethod
+    def from_row(
+        cls,
+        test_list: Sequence[str] | None = None,
+        test: str | None = None,
+        entry_point: str | None = None,
+        test_setup_code: str | None = None,
+    ) -> TestSpec | None:
+        """The spec of one dataset row, or None when it has no tests."""
+        if test_list:
+            return cls.mbpp(test_list, test_setup_code)
+        if test and entry_point:
+            return cls.humaneval(test, entry_point)
+        return None
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    """How a candidate did on a sample's tests; ``fraction`` is what the reward uses."""
+
+    passed: int
+    total: int
+    outcomes: tuple[str, ...] = ()
+    status: str = "ok"  # ok | syntax_error | load_error | bad_tests
+    detail: str = ""
+    isolation: str = ""
+    wall_s: float = 0.0
+    interpreters: int = 0  # fresh interpreters started (restarts after a killed test included)
+    cached: bool = False
+
+    @property
+    def fraction(self) -> float | None:
+        """Share of tests passed; None when there is nothing to grade (no or unreadable tests)."""
+        if self.total == 0 or self.status == "bad_tests":
+            return None
+        return self.passed / self.total
+
+
+@dataclass
+class _Step:
+    label: str
+    code: Any  # a code object
+    is_test: bool
+
+
+@dataclass
+class Suite:
+    """A spec compiled for the parent: setup steps, tests, and the names taken from the child."""
+
+    steps: list[_Step]
+    candidate_name: str | None = None  # HumanEval: the name bound to the entry point
+    entry_point: str | None = None
+    remote_names: list[str] = field(default_factory=list)
+    module_names: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(step.is_test for step in self.steps)
+
+
+def compile_suite(spec: TestSpec) -> Suite:
+    """Parse and compile a spec; raises SyntaxError/ValueError for unreadable tests."""
+    if spec.check is not None:
+        suite = _humaneval_suite(spec.check, spec.entry_point or "")
+        trees = [ast.parse(spec.check)]
+    else:
+        trees = [ast.parse(spec.setup)] if spec.setup else []
+        steps = [_Step("setup", compile(trees[0], "<test setup>", "exec"), False)] if spec.setup else []
+        for n, source in enumerate(spec.asserts):
+            tree = ast.parse(source)
+            trees.append(tree)
+            steps.append(_Step(f"test {n}", compile(tree, f"<test {n}>", "exec"), True))
+        suite = Suite(steps)
+    free = sorted(_free_names(trees) - {suite.candidate_name})
+    suite.module_names = [name for name in free if name in TEST_MODULES]
+    suite.remote_names = [name for name in free if name not in TEST_MODULES]
+    return suite
+
+
+def _humaneval_suite(test: str, entry_point: str) -> Suite:
+    tree = ast.parse(test)
+    checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
+    if not checks or not entry_point:
+        raise ValueError("HumanEval test needs a top-level def check(candidate) and an entry_point")
+    check = checks[-1]
+    params = [a.arg for a in check.args.posonlyargs + check.args.args]
+    param = params[0] if params else "candidate"
+    module = ast.Module([n for n in tree.body if n is not check], type_ignores=[])
+    steps = [_Step("module", compile(module, "<test module>", "exec"), False)]
+    if _runs_statement_by_statement(check):
+        for n, stmt in enumerate(check.body):
+            code = compile(ast.Module([stmt], type_ignores=[]), f"<check statement {n}>", "exec")
+            steps.append(_Step(f"check line {stmt.lineno}", code, _is_test(stmt)))
+    else:
+        param = FALLBACK_CANDIDATE
+        steps.append(_Step("check", compile(f"check({param})", "<check call>", "exec"), True))
+    return Suite(steps, candidate_name=param, entry_point=entry_point)
+
+
+def _runs_statement_by_statement(check: ast.FunctionDef) -> bool:
+    """False when a top-level statement of check() only makes sense inside a function."""
+    scoped = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+    pending: list[ast.AST] = list(check.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom, ast.Nonlocal, ast.Await)):
+            return False
+        if not isinstance(node, scoped):
+            pending.extend(ast.iter_child_nodes(node))
+    return True
+
+
+def _is_test(stmt: ast.stmt) -> bool:
+    asserts = [n for n in ast.walk(stmt) if isinstance(n, ast.Assert)]
+    return any(not isinstance(a.test, ast.Constant) for a in asserts)
+
+
+def _free_names(trees: Sequence[ast.AST]) -> set[str]:
+    """Names read but bound nowhere in the test code and not builtins (conservative)."""
+    loaded: set[str] = set()
+    bound: set[str] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            elif isinstance(node, ast.arg):
+                bound.add(node.arg)
+            elif isinstance(node, ast.alias):
+                bound.add((node.asname or node.name).split(".")[0])
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                bound.add(node.name)
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                bound.update(node.names)
+    return {name for name in loaded - bound if not hasattr(builtins, name)}
+
+
+def grade(code: str, spec: TestSpec, source: ChildSource) -> GradeResult:
+    """Run ``spec`` against the candidate ``code``; the verdict is decided here, in the parent."""
+    started = time.monotonic()
+    try:
+        suite = compile_suite(spec)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return GradeResult(0, 0, status="bad_tests", detail=f"{type(exc).__name__}: {exc}"[:200])
+    total = suite.total
+    try:
+        compile(code, "<solution>", "exec", flags=ast.PyCF_ONLY_AST)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        return GradeResult(0, total, (FAILED,) * total, "syntax_error", type(exc).__name__, source.launcher.mode)
+    session = RemoteSession(source, code)
+    try:
+        outcomes, detail = _run_steps(suite, session)
+    finally:
+        session.close()
+    status = "load_error" if detail.startswith("load") else "ok"
+    return GradeResult(
+        passed=outcomes.count(PASSED),
+        total=total,
+        outcomes=tuple(outcomes),
+        status=status,
+        detail=detail,
+        isolation=source.launcher.mode,
+        wall_s=time.monotonic() - started,
+        interpreters=session.starts,
+    )
+
+
+def _namespace(suite: Suite, session: RemoteSession) -> dict[str, Any]:
+    names: dict[str, Any] = {"__name__": "__test__", "__builtins__": builtins}
+    for name in suite.module_names:
+        names[name] = importlib.import_module(name)
+    for name in suite.remote_names:
+        names[name] = RemoteRef(session, ("g", name))
+    if suite.candidate_name is not None:
+        names[suite.candidate_name] = RemoteRef(session, ("g", suite.entry_point))
+    return names
+
+
+def _run_steps(suite: Suite, session: RemoteSession) -> tuple[list[str], str]:
+    names = _namespace(suite, session)
+    outcomes: list[str] = []
+    detail = ""
+    for step in suite.steps:
+        if session.out_of_time():
+            if step.is_test:
+                outcomes.append(TIMEOUT)
+            continue
+        session.begin_test()
+        outcome = _run_step(step.code, names)
+        if session.fault is not None and outcome == PASSED:  # the test code swallowed it
+            outcome = _fault_outcome(session.fault)
+        if outcome.startswith("load") and not detail:
+            detail = outcome
+        if step.is_test:
+            outcomes.append(outcome if outcome in (PASSED, FAILED, TIMEOUT) else ERROR)
+    return outcomes, detail
+
+
+def _run_step(code: Any, names: dict[str, Any]) -> str:
+    try:
+        exec(code, names)
+    except AssertionError:
+        return FAILED
+    except SandboxFault as fault:
+        return _fault_outcome(fault)
+    except (Exception, SystemExit):
+        return ERROR
+    return PASSED
+
+
+def _fault_outcome(fault: SandboxFault) -> str:
+    if isinstance(fault, TestTimeout):
+        return TIMEOUT
+    if isinstance(fault, LoadFailed):
+        return f"load error: {fault}"
+    return ERROR

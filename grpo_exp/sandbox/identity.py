@@ -1,0 +1,139 @@
+"""Throw-away user ids for snippets when the trainer runs as root.
+
+Root ignores RLIMIT_NPROC, may raise its own limits and may write anywhere, so a snippet must
+never run as root. Each running snippet borrows a uid of its own from a high, unused range:
+the process limit then counts only that snippet's processes, and every process left with that
+uid after the run is known to be the snippet's and can be killed. Borrowing is guarded by
+``flock`` on a per-uid lock file, so concurrent workers and concurrent trainer processes (one
+per GPU rank) never share a uid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import itertools
+import os
+import signal
+import stat
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+SANDBOX_UID_BASE = 2_000_000_000  # far above regular, system and container-remapped ids
+SANDBOX_UID_SLOTS = 4096
+LOCK_DIR_NAME = "grpo-sandbox-uids"
+SWEEP_ROUNDS = 200  # kill-and-rescan rounds before giving up on a uid's processes
+SWEEP_PAUSE_S = 0.005
+
+_next_slot = itertools.count()
+
+
+def running_as_root() -> bool:
+    """Whether this process can (and so must) hand snippets a uid of their own."""
+    return os.geteuid() == 0
+
+
+@dataclass
+class UidLease:
+    """One borrowed uid; release it only after every process that used it is gone."""
+
+    uid: int
+    _lock_fd: int
+
+    def release(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing drops the flock
+            self._lock_fd = -1
+
+
+def _lock_dir() -> str:
+    path = os.path.join(tempfile.gettempdir(), LOCK_DIR_NAME)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    return path
+
+
+def lease_uid() -> UidLease:
+    """Borrow a free sandbox uid; raises RuntimeError when every slot is taken."""
+    lock_dir = _lock_dir()
+    start = next(_next_slot)
+    for offset in range(SANDBOX_UID_SLOTS):
+        uid = SANDBOX_UID_BASE + (start + offset) % SANDBOX_UID_SLOTS
+        fd = os.open(os.path.join(lock_dir, f"{uid}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return UidLease(uid, fd)
+    raise RuntimeError(f"all {SANDBOX_UID_SLOTS} sandbox uids are in use")
+
+
+@contextlib.contextmanager
+def leased_uid() -> Iterator[UidLease]:
+    lease = lease_uid()
+    try:
+        yield lease
+    finally:
+        lease.release()
+
+
+def _pids_of(uid: int) -> list[int]:
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid and not _is_zombie(int(name)):
+                    pids.append(int(name))
+            except OSError:
+                continue  # exited while we looked
+    return pids
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rpartition(b")")[2].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def kill_uid(uid: int) -> bool:
+    """SIGKILL every process running as ``uid`` until none is left; False if some survive.
+
+    Catches what ``killpg`` misses without PID namespaces: a grandchild that called setsid().
+    Processes killed in one round cannot fork again, so repeated rounds converge.
+    """
+    for _ in range(SWEEP_ROUNDS):
+        pids = _pids_of(uid)
+        if not pids:
+            return True
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(SWEEP_PAUSE_S)
+    return not _pids_of(uid)
+
+
+def traversable_by_others(paths: Iterable[str]) -> bool:
+    """Whether an unprivileged stranger can reach and read every one of ``paths``.
+
+    When it cannot (an interpreter under /root, say), a root trainer without a mount namespace
+    must let the snippet's uid keep CAP_DAC_READ_SEARCH to run the interpreter at all.
+    """
+    for path in paths:
+        real = os.path.realpath(path)
+        ancestors = [os.path.dirname(real)]
+        while ancestors[-1] != os.sep:
+            ancestors.append(os.path.dirname(ancestors[-1]))
+        try:
+            if not all(os.stat(a).st_mode & stat.S_IXOTH for a in ancestors):
+                return False
+            mode = os.stat(real).st_mode
+        except OSError:
+            return False
+        if not mode & stat.S_IROTH or (stat.S_ISDIR(mode) and not mode & stat.S_IXOTH):
+            return False
+    return True

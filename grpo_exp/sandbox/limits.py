@@ -1,0 +1,62 @@
+"""Resource limits for one sandboxed snippet, and the rlimits they become in the child.
+
+The wall-clock limits are enforced by the trusted parent (it kills the child); the others are
+kernel rlimits that the child's trusted start-up code sets on itself before any untrusted code
+runs, so the snippet can lower them but never raise them again (it holds no privileges).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+MIB = 1024 * 1024
+CPU_GRACE_S = 1  # SIGXCPU at the soft limit (catchable), SIGKILL this much later at the hard one
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-snippet limits. Defaults suit MBPP/HumanEval-sized programs.
+
+    ``max_processes`` is RLIMIT_NPROC, which the kernel counts per user: it is exact when the
+    trainer runs as root (each running snippet gets its own throw-away uid) and otherwise
+    includes the trainer's own processes and threads, so the snippet may be unable to fork at
+    all, which is fine for generated solutions.
+    """
+
+    timeout_s: float = 10.0  # wall clock for the whole snippet: start, load and every test
+    test_timeout_s: float = 3.0  # wall clock for one test (its calls into the snippet)
+    cpu_s: int | None = None  # CPU seconds per process; None: the snippet's wall-clock timeout
+    memory_mb: int = 512  # address space (RLIMIT_AS) per process
+    file_size_mb: int = 1  # largest file the snippet may write (RLIMIT_FSIZE)
+    max_processes: int = 16  # RLIMIT_NPROC, see the class docstring
+    max_open_files: int = 64  # RLIMIT_NOFILE
+    max_output_bytes: int = MIB  # stdout and stderr each: the parent stops reading after this
+    max_message_bytes: int = 4 * MIB  # one result message from the child
+    workdir_mb: int = 16  # size of the private working folder where it is a tmpfs (bwrap)
+    max_restarts: int = 2  # fresh interpreters after a test killed the previous one
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if value is not None and value <= 0 and name != "max_restarts":
+                raise ValueError(f"sandbox limit {name} must be positive, got {value!r}")
+        if self.max_restarts < 0:
+            raise ValueError(f"sandbox limit max_restarts must be >= 0, got {self.max_restarts!r}")
+
+    @property
+    def cpu_seconds(self) -> int:
+        """CPU limit actually applied: ``cpu_s`` or the wall-clock timeout rounded up."""
+        return self.cpu_s if self.cpu_s is not None else max(1, math.ceil(self.timeout_s))
+
+    def rlimits(self) -> list[tuple[str, int, int]]:
+        """``(resource name, soft, hard)`` triples for the child to apply to itself."""
+        mem = self.memory_mb * MIB
+        fsize = self.file_size_mb * MIB
+        return [
+            ("RLIMIT_CPU", self.cpu_seconds, self.cpu_seconds + CPU_GRACE_S),
+            ("RLIMIT_AS", mem, mem),
+            ("RLIMIT_FSIZE", fsize, fsize),
+            ("RLIMIT_NPROC", self.max_processes, self.max_processes),
+            ("RLIMIT_NOFILE", self.max_open_files, self.max_open_files),
+            ("RLIMIT_CORE", 0, 0),
+        ]

@@ -1,0 +1,122 @@
+"""``Sandbox``: settings, a worker pool and a result cache around the grader.
+
+Snippets run in parallel on a thread pool: each worker only waits on its child's pipes, so
+threads suffice and every snippet still gets its own fresh interpreter (booted one snippet
+ahead, see ``spares``). Results are cached by
+a hash of code + tests + settings, and identical work inside one batch (GRPO often samples the
+same completion twice) runs once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, replace
+
+from grpo_exp.sandbox.cache import CacheStats, LRUCache, cache_key
+from grpo_exp.sandbox.grading import GradeResult, TestSpec, grade
+from grpo_exp.sandbox.isolation import Launcher, resolve
+from grpo_exp.sandbox.limits import Limits
+from grpo_exp.sandbox.runner import RunResult, run_code
+from grpo_exp.sandbox.spares import ChildSource
+
+DEFAULT_CACHE_SIZE = 4096
+
+
+class Sandbox:
+    """Runs untrusted snippets under ``limits`` and ``isolation`` (auto, bwrap, unshare, none).
+
+    ``workers`` defaults to ``os.cpu_count()``. The isolation mode is probed and fixed when the
+    sandbox is made: ``mode`` says which one is in force. ``prestart`` boots each worker's next
+    interpreter while it grades (see ``spares``); call ``close()`` (or use ``with``) to end them.
+    """
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        *,
+        isolation: str = "auto",
+        workers: int | None = None,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        prestart: bool = True,
+    ) -> None:
+        self.limits = limits or Limits()
+        self.mode = resolve(isolation)
+        self.launcher = Launcher(self.mode)
+        self.workers = workers or os.cpu_count() or 1
+        if self.workers < 1:
+            raise ValueError(f"sandbox workers must be >= 1, got {workers}")
+        self._cache: LRUCache[GradeResult] = LRUCache(cache_size)
+        self._source = ChildSource(self.launcher, self.limits, spares=self.workers if prestart else 0)
+        weakref.finalize(self, self._source.close)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    # -- grading ---------------------------------------------------------------------------------
+
+    def grade(self, code: str, spec: TestSpec) -> GradeResult:
+        """Grade one candidate; see ``grade_many``."""
+        return self.grade_many([(code, spec)])[0]  # type: ignore[return-value]
+
+    def grade_many(self, items: Sequence[tuple[str, TestSpec | None]]) -> list[GradeResult | None]:
+        """Grade every ``(code, spec)`` in parallel; None where ``spec`` is None (no tests)."""
+        results: list[GradeResult | None] = [None] * len(items)
+        todo: dict[str, list[int]] = {}
+        for n, (code, spec) in enumerate(items):
+            if spec is None:
+                continue
+            key = self._key(code, spec)
+            if key in todo:
+                todo[key].append(n)
+                continue
+            hit = self._cache.get(key)
+            if hit is not None:
+                results[n] = replace(hit, cached=True)
+            else:
+                todo[key] = [n]
+        if todo:
+            jobs = {key: items[slots[0]] for key, slots in todo.items()}
+            futures = {key: self._executor().submit(grade, code, spec, self._source)
+                       for key, (code, spec) in jobs.items()}  # fmt: skip
+            for key, future in futures.items():
+                result = future.result()
+                self._cache.put(key, result)
+                for n in todo[key]:
+                    results[n] = result
+        return results
+
+    def run(self, code: str) -> RunResult:
+        """Run ``code`` as a script (no tests) and return its exit status and capped output."""
+        return run_code(code, self._source)
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+
+    @property
+    def cache_stats(self) -> CacheStats:
+        return self._cache.stats
+
+    def close(self) -> None:
+        """Stop the worker threads (running snippets finish first) and the spare interpreters."""
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+        self._source.close()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox")
+            return self._pool
+
+    def _key(self, code: str, spec: TestSpec) -> str:
+        return cache_key(code, asdict(spec), asdict(self.limits), self.mode)

@@ -1,0 +1,320 @@
+"""One sandboxed interpreter: start it, talk to it, and make sure nothing of it survives.
+
+``close()`` always ends every process the snippet started, whatever it did:
+
+- its session's process group gets SIGKILL (the child starts a new session);
+- under bwrap/unshare the child is the init of a PID namespace: killing that init makes the
+  kernel kill everything in the namespace, a setsid() double fork included, and the init only
+  disappears once they are all gone, which ``close()`` waits for;
+- without namespaces, a root trainer also kills everything still running as the snippet's
+  leased uid (a non-root trainer has no way to find a setsid() escapee: see ``isolation``);
+- the private working folder is removed (a tmpfs under bwrap vanishes with its namespace).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import marshal
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpo_exp.sandbox import identity
+from grpo_exp.sandbox.isolation import SANDBOX_DIR, Launcher
+from grpo_exp.sandbox.limits import Limits
+
+log = logging.getLogger("grpo_exp.sandbox")
+
+CHILD_SOURCE = (Path(__file__).with_name("child.py")).read_text()
+READ_CHUNK = 65536
+FRAME_LENGTH_BYTES = 4  # as in child.py
+CLEANUP_TIMEOUT_S = 5.0  # a killed namespace should be gone well within this
+POLL_PAUSE_S = 0.002
+EXIT_POLL_S = 0.05  # how often a standalone run checks whether the child has exited
+CHILD_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class ChildTimeout(Exception):
+    """The child did not answer before the deadline."""
+
+
+class ProtocolError(Exception):
+    """The child sent something that is not a well-formed message."""
+
+
+@dataclass
+class _Output:
+    """A capped capture of one output stream; the parent stops reading at the cap."""
+
+    fd: int
+    cap: int
+    data: bytearray = field(default_factory=bytearray)
+    truncated: bool = False
+
+
+def child_env(workdir: str) -> dict[str, str]:
+    """The child's whole environment: nothing of the trainer's (no tokens, no keys)."""
+    return {"PATH": CHILD_PATH, "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
+
+
+class ChildProcess:
+    """A started sandboxed interpreter with its request/response pipes and output capture."""
+
+    def __init__(self, launcher: Launcher, limits: Limits) -> None:
+        self.limits = limits
+        self.launcher = launcher
+        self._lease = identity.lease_uid() if identity.running_as_root() else None
+        self._host_dir: str | None = None
+        self._closed = False
+        self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf known to hold no newline
+        self._eof = False
+        self.returncode: int | None = None
+        req_r, self._req_w = os.pipe()
+        self._resp_r, resp_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        child_ends = [req_r, resp_w, out_w, err_w]
+        try:
+            if launcher.host_workdir:
+                self._host_dir = tempfile.mkdtemp(prefix="grpo-sandbox-")
+                if self._lease is not None:
+                    os.chown(self._host_dir, self._lease.uid, self._lease.uid)
+            workdir = self._host_dir or SANDBOX_DIR
+            args = [str(req_r), str(resp_w), *(f"{name}={soft},{hard}" for name, soft, hard in limits.rlimits())]
+            uid = self._lease.uid if self._lease else None
+            argv = launcher.argv(["-I", "-S", "-c", CHILD_SOURCE, *args], uid, limits)
+            self.popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                pass_fds=(req_r, resp_w),
+                cwd=self._host_dir or "/",
+                env=child_env(workdir),
+                start_new_session=True,
+            )
+        except BaseException:
+            for fd in (*child_ends, self._req_w, self._resp_r, out_r, err_r):
+                os.close(fd)
+            self._release_dir()
+            if self._lease is not None:
+                self._lease.release()
+            raise
+        finally:
+            for fd in child_ends:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        os.set_blocking(self._req_w, False)
+        self._out = _Output(out_r, limits.max_output_bytes)
+        self._err = _Output(err_r, limits.max_output_bytes)
+        self._poll = select.poll()
+        for fd in (self._resp_r, out_r, err_r):
+            self._poll.register(fd, select.POLLIN)
+
+    # -- talking -------------------------------------------------------------------------------
+
+    def send(self, message: dict, deadline: float) -> None:
+        """Write one length-prefixed marshal frame to the child; raises ChildTimeout or OSError."""
+        body = marshal.dumps(message)
+        data = memoryview(len(body).to_bytes(FRAME_LENGTH_BYTES, "big") + body)
+        while data:
+            try:
+                data = data[os.write(self._req_w, data) :]
+            except BlockingIOError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ChildTimeout("child did not read its request in time") from None
+                _poll_one(self._req_w, select.POLLOUT, remaining)
+
+    def recv(self, deadline: float) -> dict | None:
+        """The next message from the child, or None once it closed its end (exited, crashed)."""
+        while True:
+            end = self._buf.find(b"\n", self._scanned)
+            if end >= 0:
+                line = bytes(self._buf[:end])
+                del self._buf[: end + 1]
+                self._scanned = 0
+                try:
+                    message = json.loads(line)
+                except (ValueError, RecursionError) as exc:
+                    raise ProtocolError(f"unreadable message from child: {exc}") from None
+                if type(message) is not dict:
+                    raise ProtocolError("message from child is not an object")
+                return message
+            self._scanned = len(self._buf)
+            if len(self._buf) > self.limits.max_message_bytes:
+                raise ProtocolError(f"message from child exceeds {self.limits.max_message_bytes} bytes")
+            if self._eof:
+                return None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ChildTimeout("child did not answer in time")
+            self._pump(remaining)
+
+    def wait_exit(self, deadline: float) -> None:
+        """Wait for the child to exit while draining its output; raises ChildTimeout.
+
+        The child is not reaped here: ``close()`` still has to kill its process group, and the
+        group id stays reserved only until the reaping. ``returncode`` is set by ``close()``.
+        """
+        while not _has_exited(self.popen.pid):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ChildTimeout("snippet did not finish in time")
+            self._pump(min(remaining, EXIT_POLL_S))
+        while self._pump(0):  # what it wrote before exiting
+            pass
+
+    def _pump(self, timeout_s: float) -> bool:
+        """Read whatever arrives within ``timeout_s``; False when nothing did."""
+        events = self._poll.poll(max(0.0, timeout_s) * 1000)
+        for fd, _event in events:
+            if fd == self._resp_r:
+                chunk = os.read(fd, READ_CHUNK)
+                if chunk:
+                    self._buf += chunk
+                else:
+                    self._eof = True
+                    self._poll.unregister(fd)
+                    os.close(fd)
+                    self._resp_r = -1
+            else:
+                self._read_output(self._out if fd == self._out.fd else self._err)
+        return bool(events)
+
+    def _read_output(self, out: _Output) -> None:
+        chunk = os.read(out.fd, READ_CHUNK)
+        room = out.cap - len(out.data)
+        out.data += chunk[:room]
+        if not chunk or len(chunk) > room:
+            out.truncated = out.truncated or len(chunk) > room
+            self._poll.unregister(out.fd)
+            os.close(out.fd)  # a flood now gets EPIPE instead of the parent's time
+            out.fd = -1
+
+    def has_exited(self) -> bool:
+        """Whether the child has exited (it is not reaped: ``close()`` still runs)."""
+        return _has_exited(self.popen.pid)
+
+    @property
+    def stdout(self) -> bytes:
+        return bytes(self._out.data)
+
+    @property
+    def stderr(self) -> bytes:
+        return bytes(self._err.data)
+
+    @property
+    def output_truncated(self) -> bool:
+        return self._out.truncated or self._err.truncated
+
+    # -- ending --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Kill every process of this snippet, wait until they are gone, remove its folder."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._kill_all()
+        finally:
+            for fd in (self._req_w, self._resp_r, self._out.fd, self._err.fd):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._release_dir()
+            if self._lease is not None:
+                self._lease.release()
+
+    def _kill_all(self) -> None:
+        pid = self.popen.pid
+        inits = _children(pid) if self.launcher.pid_namespace else []
+        for init in inits:  # PID-namespace init: its death takes the whole namespace down
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(init, signal.SIGKILL)
+        # bwrap/unshare exit once their init is reaped, and an init is only reaped once every
+        # process of its namespace is gone: waiting for that (without reaping) is the proof.
+        if inits and not _wait_exited(pid, CLEANUP_TIMEOUT_S):
+            log.error("PID namespace of sandbox child %d still alive after %.0f s", pid, CLEANUP_TIMEOUT_S)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)  # not reaped yet, so the group id cannot have been reused
+        try:
+            self.returncode = self.popen.wait(CLEANUP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            log.error("sandbox child %d did not die within %.0f s of SIGKILL", pid, CLEANUP_TIMEOUT_S)
+        if self._lease is not None and not inits and not identity.kill_uid(self._lease.uid):
+            log.error("processes of sandbox uid %d survive SIGKILL", self._lease.uid)
+
+    def _release_dir(self) -> None:
+        if self._host_dir is not None:
+            if sys.version_info >= (3, 12):
+                shutil.rmtree(self._host_dir, onexc=_force_remove)
+            else:
+                shutil.rmtree(self._host_dir, onerror=_force_remove)
+            self._host_dir = None
+
+
+def _force_remove(func: Callable[[str], object], path: str, _exc: object) -> None:
+    """rmtree helper: a snippet may leave folders without write permission."""
+    with contextlib.suppress(OSError):
+        os.chmod(os.path.dirname(path), 0o700)
+        os.chmod(path, 0o700)
+        func(path)
+
+
+def _children(pid: int) -> list[int]:
+    """Child processes of ``pid`` (the PID-namespace init under bwrap/unshare)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(p) for p in fh.read().split()]
+    except OSError:  # kernel without CONFIG_PROC_CHILDREN: look for them
+        found = []
+        for name in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    if name.isdigit() and int(fh.read().rpartition(b")")[2].split()[1]) == pid:
+                        found.append(int(name))
+            except (OSError, IndexError, ValueError):
+                continue
+        return found
+
+
+def _has_exited(pid: int) -> bool:
+    """Whether our child ``pid`` has exited, without reaping it (its pid stays reserved)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _wait_exited(pid: int, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for our child ``pid`` to exit, without reaping it."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd (old kernel): poll
+        deadline = time.monotonic() + timeout_s
+        while not _has_exited(pid) and time.monotonic() < deadline:
+            time.sleep(POLL_PAUSE_S)
+        return _has_exited(pid)
+    try:
+        return _poll_one(fd, select.POLLIN, timeout_s)
+    finally:
+        os.close(fd)
+
+
+def _poll_one(fd: int, event: int, timeout_s: float) -> bool:
+    """Wait for ``event`` on ``fd`` (poll, not select: the trainer may hold fds above 1024)."""
+    poller = select.poll()
+    poller.register(fd, event)
+    return bool(poller.poll(max(0.0, timeout_s) * 1000))
