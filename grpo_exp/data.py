@@ -51,25 +51,39 @@ def builtin_names() -> list[str]:
 
 @loader("builtin")
 def _load_builtin(cfg: DatasetSettings) -> Dataset:
-    return _load_json_file(_builtin_path(cfg))
+    return _from_records(read_records(_builtin_path(cfg)), cfg)
 
 
 @loader("json")
 def _load_json(cfg: DatasetSettings) -> Dataset:
-    return _load_json_file(Path(str(cfg.path)))
+    return _from_records(read_records(Path(str(cfg.path))), cfg)
 
 
 @loader("hub")
 def _load_hub(cfg: DatasetSettings) -> Dataset:
     from datasets import load_dataset
 
-    return load_dataset(cfg.name, cfg.subset, split=cfg.split)
+    dataset = load_dataset(cfg.name, cfg.subset, split=cfg.split)
+    if cfg.prompt_field not in dataset.column_names:
+        raise UserError(f"{cfg.name} has no {cfg.prompt_field!r} column (columns: {dataset.column_names})")
+    if cfg.num_samples:
+        dataset = dataset.select(range(min(cfg.num_samples, len(dataset))))
+    return dataset.map(lambda r: {"prompt": format_prompt(r[cfg.prompt_field], cfg)})
 
 
-def _load_json_file(path: Path) -> Dataset:
+def _from_records(records: list[dict[str, Any]], cfg: DatasetSettings) -> Dataset:
+    """Prompts shaped before Arrow sees them, so files may mix plain and chat prompts."""
+    import pyarrow
     from datasets import Dataset
 
-    return Dataset.from_list(read_records(path))
+    rows = [{**r, "prompt": format_prompt(r[cfg.prompt_field], cfg)} for r in records[: cfg.num_samples or None]]
+    try:
+        return Dataset.from_list(rows)
+    except pyarrow.ArrowException as exc:
+        raise UserError(
+            f"records of {cfg.name or cfg.path} don't share one shape ({exc}); with dataset.chat=false every "
+            "prompt must be a string, or every one a list of messages"
+        ) from None
 
 
 def _builtin_path(cfg: DatasetSettings) -> Path:
@@ -131,11 +145,6 @@ def check_dataset(cfg: DatasetSettings) -> None:
 def load_prompts(cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase) -> Dataset:
     """The training set: a ``prompt`` column in the shape TRL expects, long prompts dropped."""
     dataset = _LOADERS[cfg.source](cfg)
-    if cfg.prompt_field not in dataset.column_names:
-        raise UserError(f"dataset has no {cfg.prompt_field!r} column (columns: {dataset.column_names})")
-    if cfg.num_samples:
-        dataset = dataset.select(range(min(cfg.num_samples, len(dataset))))
-    dataset = dataset.map(lambda r: {"prompt": format_prompt(r[cfg.prompt_field], cfg)})
     before = len(dataset)
     dataset = dataset.filter(lambda r: prompt_tokens(r["prompt"], tokenizer) <= cfg.max_prompt_tokens)
     dropped = before - len(dataset)

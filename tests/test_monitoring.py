@@ -1,0 +1,108 @@
+"""Health alerts with the article's remedies, the run summary, and W&B's mode choice."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grpo_exp import tracking
+from grpo_exp.config import LoggerSettings, MonitorSettings
+from grpo_exp.metrics import append_metrics, read_metrics, summarize
+from grpo_exp.monitor import HealthMonitor
+
+WINDOW = 4
+
+
+def feed(monitor: HealthMonitor, rows: list[dict]) -> list:
+    alerts = []
+    for step, row in enumerate(rows, start=1):
+        alerts += monitor.observe(step, row)
+    return alerts
+
+
+def healthy(reward: float = 0.5) -> dict:
+    return {"reward": reward, "reward_std": 0.3, "kl": 0.02, "frac_reward_zero_std": 0.1}
+
+
+def test_healthy_run_raises_nothing():
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW))
+    assert feed(monitor, [healthy(0.1 + 0.05 * i) for i in range(20)]) == []
+    assert monitor.finish(20) == []
+
+
+def test_kl_drift_is_raised_once_when_the_window_mean_passes_the_threshold():
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW, kl_threshold=0.1))
+    rows = [healthy() for _ in range(4)] + [{**healthy(), "kl": 0.3} for _ in range(10)]
+    alerts = feed(monitor, rows)
+    assert [a.kind for a in alerts] == ["kl_drift"]
+    assert alerts[0].step == 6  # window (0.02, 0.02, 0.3, 0.3) has mean 0.16
+    assert "raise grpo.beta" in alerts[0].message
+
+
+def test_one_spike_inside_a_window_is_not_an_alert():
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW, kl_threshold=0.1))
+    rows = [healthy() for _ in range(6)] + [{**healthy(), "kl": 0.2}] + [healthy() for _ in range(6)]
+    assert feed(monitor, rows) == []
+
+
+def test_homogeneous_generations_and_unstable_reward():
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW, reward_drop=0.3))
+    flat = {"reward": 0.2, "reward_std": 0.0, "kl": 0.01, "frac_reward_zero_std": 1.0}
+    kinds = [a.kind for a in feed(monitor, [flat] * 5)]
+    assert kinds == ["low_reward_std", "zero_std_groups"]
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW, reward_drop=0.3))
+    alerts = feed(monitor, [healthy(0.9)] * 4 + [healthy(0.1)] * 4)
+    assert [a.kind for a in alerts] == ["reward_unstable"]
+    assert "optimizer.lr=1e-5" in alerts[0].message
+
+
+def test_weak_improvement_at_the_end():
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW, min_improvement=0.05))
+    feed(monitor, [healthy(0.30)] * 8 + [healthy(0.32)] * 4)
+    (alert,) = monitor.finish(12)
+    assert alert.kind == "weak_improvement" and "bigger batch" in alert.message
+
+
+def test_summary_uses_first_and_last_tenth_and_counts_kl_excursions(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    for step in range(1, 21):
+        append_metrics(path, step, {"reward": step / 20, "reward_std": 0.2, "kl": 0.05 * step, "note": "text"})
+    append_metrics(path, 20, {"train_runtime": 12.0})  # the trainer's closing log, no reward
+    with path.open("a") as handle:
+        handle.write('{"step": 21, "rew')  # a line cut short by a killed job
+    rows = read_metrics(path)
+    assert len(rows) == 20 and "note" not in rows[0]
+    summary = summarize(rows, kl_threshold=0.1)
+    assert summary["first_reward"] == pytest.approx((0.05 + 0.10) / 2)
+    assert summary["final_reward"] == pytest.approx((0.95 + 1.0) / 2)
+    assert summary["steps_above_kl_threshold"] == 18
+    assert summary["max_kl"] == pytest.approx(1.0)
+    json.dumps(summary)
+
+
+def test_summary_without_kl_leaves_excursions_unknown():
+    rows = [{"step": 1, "reward": 0.5}]
+    assert summarize(rows, kl_threshold=0.1)["steps_above_kl_threshold"] is None
+
+
+@pytest.mark.parametrize(
+    ("mode", "env", "netrc_login", "expected"),
+    [
+        ("auto", {}, False, "offline"),
+        ("auto", {"WANDB_API_KEY": "x" * 40}, False, "online"),
+        ("auto", {}, True, "online"),
+        ("auto", {"WANDB_MODE": "disabled"}, True, "disabled"),
+        ("offline", {"WANDB_API_KEY": "x" * 40}, True, "offline"),
+    ],
+)
+def test_wandb_mode_follows_login_and_environment(monkeypatch, mode, env, netrc_login, expected):
+    for key in ("WANDB_API_KEY", "WANDB_MODE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    import wandb.sdk.lib.wbauth as wbauth
+
+    monkeypatch.setattr(wbauth, "read_netrc_auth", lambda host: "key" if netrc_login else None)
+    assert tracking.resolve_mode(LoggerSettings(mode=mode)) == expected
+    assert tracking.resolve_mode(LoggerSettings(backend="none", mode=mode)) == "disabled"
