@@ -93,6 +93,7 @@ class RewardPart:
     fn: str = MISSING
     weight: float = 1.0
     start_step: int = 0
+    scale_by: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
 

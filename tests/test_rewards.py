@@ -138,3 +138,38 @@ def test_registry_refuses_duplicates_and_lists_names():
     assert {"regex_match", "answer_coverage", "contains_all", "length_score", "keyword_share"} <= set(names())
     with pytest.raises(ValueError, match="registered twice"):
         register("regex_match")(lambda completions, **_: [])
+
+
+def test_scale_by_multiplies_a_part_by_anothers_score_once_per_batch(settings, tmp_path, monkeypatch):
+    (tmp_path / "counted.py").write_text(
+        "calls = []\n"
+        "def half(prompts, completions, **kwargs):\n"
+        "    calls.append(len(completions))\n"
+        "    return [0.5 if c else None for c in completions]\n"
+        "def one(prompts, completions, **kwargs):\n"
+        "    return [1.0 for c in completions]\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    cfg = settings(
+        "reward=custom",
+        "reward.parts.main.fn=counted.half",
+        "+reward.parts.scaled={fn: counted.one, scale_by: main}",
+    )
+    gate, scaled = build_rewards(cfg.reward)[0]
+    completions = ["a", "", "b"]
+    assert gate(prompts=[""] * 3, completions=completions) == [0.5, None, 0.5]
+    assert scaled(prompts=[""] * 3, completions=completions) == [0.5, 1.0, 0.5]  # None: not gated
+    import counted
+
+    assert counted.calls == [3]  # the gate's scores of this batch were reused, not recomputed
+    assert scaled(prompts=[""], completions=["c"]) == [0.5] and counted.calls == [3, 1]
+
+
+def test_scale_by_refuses_unknown_parts_and_cycles(settings):
+    with pytest.raises(UserError, match="scale_by=nope: no such part"):
+        build_rewards(settings("reward.parts.format.scale_by=nope").reward)
+    cfg = settings(
+        "reward=customer_service_multi", "reward.parts.format.scale_by=tone", "reward.parts.tone.scale_by=format"
+    )
+    with pytest.raises(UserError, match="in a circle: format -> tone -> format"):
+        build_rewards(cfg.reward)

@@ -2,8 +2,9 @@
 
 Each part becomes one TRL reward function, so TRL logs ``rewards/<part>/mean`` for it and sums the
 parts with ``reward_weights``. The wrapper also hides the differences between call styles, flattens
-chat completions to text, holds a part back until its ``start_step`` (progressive schedules), and
-checks what the function returns.
+chat completions to text, holds a part back until its ``start_step`` (progressive schedules),
+scales a part by another's score (``scale_by``: simplicity counts only for code that passes its
+tests), and checks what the function returns.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from grpo_exp.rewards.user import CallStyle, resolve
 class WeightedReward:
     """One reward part as TRL calls it; ``__name__`` is the part name TRL logs it under."""
 
-    def __init__(self, name: str, part: RewardPart) -> None:
+    def __init__(self, name: str, part: RewardPart, scale_by: WeightedReward | None = None) -> None:
         self.__name__ = name
         self.spec = part.fn
         self.fn, self.style = resolve(part.fn)
         self.params = dict(part.params)
         self.start_step = part.start_step
+        self.scale_by = scale_by
+        self._last: tuple[list[Any], list[float | None]] | None = None  # TRL scores one batch part by part
         if self.params and self.style is CallStyle.ARTICLE:
             raise UserError(
                 f"reward part {name!r}: {part.fn} takes only `completions`, so it can't receive params "
@@ -43,7 +46,18 @@ class WeightedReward:
         else:
             texts = [completion_text(c) for c in completions]
             scores = self.fn(texts, prompts=prompts, **{**kwargs, **self.params})
-        return self._checked(scores, len(completions))
+        checked = self._checked(scores, len(completions))
+        if self.scale_by is not None:
+            factors = self.scale_by.scores_for(prompts, completions, **kwargs)
+            checked = [s if s is None or f is None else s * f for s, f in zip(checked, factors, strict=True)]
+        self._last = (completions, checked)
+        return checked
+
+    def scores_for(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+        """This batch's scores: the ones just computed when TRL has already called this part, else fresh."""
+        if self._last is not None and self._last[0] == completions:
+            return self._last[1]
+        return self(prompts, completions, **kwargs)
 
     def _checked(self, scores: Any, expected: int) -> list[float | None]:
         try:
@@ -73,8 +87,27 @@ def build_rewards(settings: RewardSettings) -> tuple[list[WeightedReward], list[
     """The reward functions and weights for ``GRPOTrainer(reward_funcs=..., args.reward_weights=...)``."""
     if not settings.parts:
         raise UserError("no reward parts configured: pick a reward, e.g. reward=customer_service")
-    functions = [WeightedReward(name, part) for name, part in settings.parts.items()]
+    built: dict[str, WeightedReward] = {}
+    for name in _scaling_order(settings.parts):
+        part = settings.parts[name]
+        built[name] = WeightedReward(name, part, built[part.scale_by] if part.scale_by else None)
+    functions = [built[name] for name in settings.parts]  # TRL calls them in the config's order
     weights = [float(part.weight) for part in settings.parts.values()]
     if not all(math.isfinite(w) for w in weights) or not any(weights):
         raise UserError(f"reward weights {weights} must be finite and not all zero")
     return functions, weights
+
+
+def _scaling_order(parts: dict[str, RewardPart]) -> list[str]:
+    """Part names with every ``scale_by`` target before the parts it scales; refuses unknown targets and cycles."""
+    order: list[str] = []
+    for name in parts:
+        chain = [name]
+        while (target := parts[chain[-1]].scale_by) and target not in order:
+            if target not in parts:
+                raise UserError(f"reward.parts.{chain[-1]}.scale_by={target}: no such part (parts: {', '.join(parts)})")
+            if target in chain:
+                raise UserError(f"reward parts scale each other in a circle: {' -> '.join([*chain, target])}")
+            chain.append(target)
+        order.extend(n for n in reversed(chain) if n not in order)
+    return order

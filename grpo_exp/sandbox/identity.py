@@ -18,7 +18,7 @@ import signal
 import stat
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 SANDBOX_UID_BASE = 2_000_000_000  # far above regular, system and container-remapped ids
@@ -69,15 +69,6 @@ def lease_uid() -> UidLease:
             continue
         return UidLease(uid, fd)
     raise RuntimeError(f"all {SANDBOX_UID_SLOTS} sandbox uids are in use")
-
-
-@contextlib.contextmanager
-def leased_uid() -> Iterator[UidLease]:
-    lease = lease_uid()
-    try:
-        yield lease
-    finally:
-        lease.release()
 
 
 def _pids_of(uid: int) -> list[int]:
