@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from grpo_exp import data, hardware, models
-from grpo_exp.config import ExperimentConfig
+from grpo_exp.config import ExperimentConfig, OptimizerSettings
 from grpo_exp.errors import describe_failure
 from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE, read_metrics, summarize, write_summary
 from grpo_exp.monitor import HealthMonitor
@@ -110,7 +110,7 @@ def grpo_config(settings: ExperimentConfig, output_dir: Path, weights: list[floa
         optim=opt.name,
         weight_decay=opt.weight_decay,
         warmup_steps=opt.warmup_steps,
-        lr_scheduler_type=opt.scheduler,
+        lr_scheduler_type=_scheduler(opt),
         max_grad_norm=opt.max_grad_norm,
         gradient_accumulation_steps=opt.gradient_accumulation_steps,
         adam_beta1=opt.adam_beta1,
@@ -138,6 +138,11 @@ def grpo_config(settings: ExperimentConfig, output_dir: Path, weights: list[floa
         gradient_checkpointing=g.gradient_checkpointing,
         reward_weights=weights,
     )
+
+
+def _scheduler(opt: OptimizerSettings) -> str:
+    """transformers' `constant` schedule ignores warm-up; with warm-up asked for, use the one that has it."""
+    return "constant_with_warmup" if opt.scheduler == "constant" and opt.warmup_steps else opt.scheduler
 
 
 def _quiet_library_noise() -> None:
