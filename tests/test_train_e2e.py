@@ -71,3 +71,14 @@ def test_a_reward_that_raises_fails_the_job_in_one_line_and_keeps_what_was_writt
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and "reward server down" in summary["error"]
     assert (out / "config.yaml").is_file()
+
+
+def test_code_generation_run_logs_the_three_reward_parts(tmp_path):
+    out = tmp_path / "code"
+    result = run_training(out, "model=tiny_code", "+recipe=code_generation", "grpo.max_steps=3", "logger=none")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_metrics(out / "metrics.jsonl")
+    assert len(rows) == 3
+    for part in ("syntax", "tests", "complexity"):
+        assert all(f"rewards/{part}/mean" in r for r in rows), part
+    assert any(r["rewards/syntax/mean"] > 0 for r in rows)
