@@ -89,9 +89,7 @@ def _is_literal(node: ast.expr) -> bool:
 
 def _calls_of(node: ast.AST, name: str) -> int:
     return sum(
-        1
-        for n in ast.walk(node)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+        1 for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
     )
 
 
