@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_exp.config import DatasetSettings
 from grpo_exp.errors import UserError
+from grpo_exp.registry import Registry
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -23,20 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Loader = Callable[[DatasetSettings], "Dataset"]
-_LOADERS: dict[str, Loader] = {}
-
-
-def loader(source: str) -> Callable[[Loader], Loader]:
-    """Register a dataset loader for ``dataset.source``."""
-
-    def add(fn: Loader) -> Loader:
-        if source in _LOADERS:
-            raise ValueError(f"dataset source {source!r} is registered twice")
-        _LOADERS[source] = fn
-        return fn
-
-    return add
+LOADERS: Registry[Callable[[DatasetSettings], Dataset]] = Registry("dataset.source")
 
 
 def shipped_file(name: str) -> Path:
@@ -49,17 +37,17 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in shipped_file("").glob("*.jsonl"))
 
 
-@loader("builtin")
+@LOADERS.register("builtin")
 def _load_builtin(cfg: DatasetSettings) -> Dataset:
     return _from_records(read_records(_builtin_path(cfg)), cfg)
 
 
-@loader("json")
+@LOADERS.register("json")
 def _load_json(cfg: DatasetSettings) -> Dataset:
     return _from_records(read_records(Path(str(cfg.path))), cfg)
 
 
-@loader("hub")
+@LOADERS.register("hub")
 def _load_hub(cfg: DatasetSettings) -> Dataset:
     from datasets import load_dataset
 
@@ -110,8 +98,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 def check_dataset(cfg: DatasetSettings) -> None:
     """Fail early, in one line, on a dataset the trainer could not use."""
-    if cfg.source not in _LOADERS:
-        raise UserError(f"unknown dataset.source {cfg.source!r}; known: {', '.join(sorted(_LOADERS))}")
+    LOADERS.get(cfg.source)
     if cfg.source == "hub":
         if not cfg.name:
             raise UserError("dataset=hub needs a name: add dataset.name=<hub dataset>")
@@ -144,7 +131,7 @@ def check_dataset(cfg: DatasetSettings) -> None:
 
 def load_prompts(cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase) -> Dataset:
     """The training set: a ``prompt`` column in the shape TRL expects, long prompts dropped."""
-    dataset = _LOADERS[cfg.source](cfg)
+    dataset = LOADERS.get(cfg.source)(cfg)
     before = len(dataset)
     dataset = dataset.filter(lambda r: prompt_tokens(r["prompt"], tokenizer) <= cfg.max_prompt_tokens)
     dropped = before - len(dataset)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 
-from grpo_exp import data, hardware
+from grpo_exp import data, hardware, models
 from grpo_exp.config import ExperimentConfig
 from grpo_exp.errors import UserError
 from grpo_exp.metrics import OBJECTIVES
+from grpo_exp.models import warmup
 from grpo_exp.rewards.compose import build_rewards
 
 # Values TRL 1.16 accepts for these GRPOConfig fields.
@@ -31,6 +32,7 @@ def validate(cfg: ExperimentConfig) -> list[str]:
     _check_choices(cfg)
     warnings = _check_batch(cfg)
     warnings += _check_hardware(cfg)
+    _check_model(cfg)
     data.check_dataset(cfg.dataset)
     build_rewards(cfg.reward)
     return warnings
@@ -95,6 +97,19 @@ def _batch_fixes(cfg: ExperimentConfig, completions: int) -> str:
     if groups:
         fix += f", or grpo.num_generations={' or '.join(map(str, groups))}"
     return fix
+
+
+def _check_model(cfg: ExperimentConfig) -> None:
+    models.SOURCES.get(cfg.model.source)
+    if cfg.model.quantization.load_in_4bit and not cfg.model.lora.enabled:
+        raise UserError("4-bit weights can't be trained directly: add model.lora.enabled=true (QLoRA)")
+    recipe = cfg.model.recipe
+    if cfg.model.source == "tiny" and recipe is not None:
+        unknown = sorted(set(recipe.scenarios) - set(warmup.scenarios()))
+        if unknown:
+            raise UserError(f"model.recipe.scenarios: unknown {unknown}; known: {', '.join(warmup.scenarios())}")
+        if not any(recipe.scenarios.values()):
+            raise UserError("model.recipe.scenarios gives every scenario a share of 0: nothing to warm up on")
 
 
 def _check_hardware(cfg: ExperimentConfig) -> list[str]:

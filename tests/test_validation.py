@@ -113,3 +113,17 @@ def test_some_records_without_prompt_are_counted(settings, tmp_path):
     assert "1 of 3 records have no 'prompt' field (the first is record 2)" in fails(
         settings, "dataset=json", f"dataset.path={data}"
     )
+
+
+def test_model_mistakes(settings):
+    assert "unknown model.source 'hubb'; known: pretrained, tiny" in fails(settings, "model.source=hubb")
+    message = fails(settings, "+model.recipe.scenarios.poetry=0.5")
+    assert "unknown ['poetry']; known: code_generation, content_creation, customer_service" in message
+
+
+def test_4bit_without_lora_is_refused(settings, monkeypatch):
+    monkeypatch.setattr(hardware, "cuda_available", lambda: True)
+    monkeypatch.setattr(hardware, "installed", lambda name: True)
+    assert "add model.lora.enabled=true" in fails(
+        settings, "model=qwen2_5_0_5b_instruct", "model.quantization.load_in_4bit=true"
+    )

@@ -12,29 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_exp.config import ModelSettings
 from grpo_exp.errors import UserError
+from grpo_exp.registry import Registry
 
 if TYPE_CHECKING:
     from peft import LoraConfig
 
 log = logging.getLogger(__name__)
 
-Source = Callable[[ModelSettings], str]
-_SOURCES: dict[str, Source] = {}
+SOURCES: Registry[Callable[[ModelSettings], str]] = Registry("model.source")
 
 
-def source(name: str) -> Callable[[Source], Source]:
-    """Register how ``model.source: name`` finds its weights."""
-
-    def add(fn: Source) -> Source:
-        if name in _SOURCES:
-            raise ValueError(f"model source {name!r} is registered twice")
-        _SOURCES[name] = fn
-        return fn
-
-    return add
-
-
-@source("tiny")
+@SOURCES.register("tiny")
 def _tiny(cfg: ModelSettings) -> str:
     from grpo_exp.models.tiny import ensure_built
 
@@ -43,20 +31,14 @@ def _tiny(cfg: ModelSettings) -> str:
     return str(ensure_built(cfg.recipe))
 
 
-@source("pretrained")
+@SOURCES.register("pretrained")
 def _pretrained(cfg: ModelSettings) -> str:
     return cfg.name_or_path
 
 
-def sources() -> list[str]:
-    return sorted(_SOURCES)
-
-
 def model_path(cfg: ModelSettings) -> str:
     """The ``from_pretrained`` path (hub id or folder) for this model config."""
-    if cfg.source not in _SOURCES:
-        raise UserError(f"unknown model.source {cfg.source!r}; known: {', '.join(sources())}")
-    return _SOURCES[cfg.source](cfg)
+    return SOURCES.get(cfg.source)(cfg)
 
 
 def load(cfg: ModelSettings, path: str, use_gpu: bool) -> tuple[Any, Any]:

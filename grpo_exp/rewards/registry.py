@@ -10,43 +10,12 @@ Return ``None`` for a completion the part does not apply to; TRL then leaves it 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from grpo_exp.errors import UserError
+from grpo_exp.registry import Registry
 
 RewardFn = Callable[..., list[float | None]]
 
-_REGISTRY: dict[str, RewardFn] = {}
-
-
-def register(name: str) -> Callable[[RewardFn], RewardFn]:
-    """Register a reward part under ``name``; a second function with the same name is a bug."""
-
-    def add(fn: RewardFn) -> RewardFn:
-        if name in _REGISTRY:
-            raise ValueError(f"reward part {name!r} is registered twice")
-        _REGISTRY[name] = fn
-        return fn
-
-    return add
-
-
-def get(name: str) -> RewardFn:
-    """The registered function called ``name``, or a one-line error listing the known names."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UserError(
-            f"unknown reward function {name!r}; known: {', '.join(names())} "
-            "(or give a dotted path such as my_rewards.reward_fn)"
-        ) from None
-
-
-def names() -> list[str]:
-    """Every registered reward part, sorted."""
-    return sorted(_REGISTRY)
-
-
-def registered() -> dict[str, Any]:
-    """A copy of the registry, for listings and tests."""
-    return dict(_REGISTRY)
+REWARDS: Registry[RewardFn] = Registry("reward function", hint=" (or give a dotted path such as my_rewards.reward_fn)")
+register = REWARDS.register
+get = REWARDS.get
+names = REWARDS.names
