@@ -87,14 +87,14 @@ def _best(sweep: Sweep) -> list[str]:
 
 
 def _stability(sweep: Sweep) -> list[str]:
-    stable, problems = [], []
+    stable, drifting, collapses = [], [], []
     for group in sweep.configs():
         label = _group_label(sweep, group)
         assessed = [job for job in group.jobs if job.value("peak_reward") is not None]
         if kl_jobs := [job for job in assessed if job.kl_steps]:
-            problems.append(f"- **KL excursion:** `{label}`: {_kl_text(kl_jobs)}.")
+            drifting.append((label, kl_jobs))
         if collapsed := [job for job in assessed if job.collapsed]:
-            problems.append(f"- **Reward std collapse:** `{label}`: {_collapse_text(collapsed)}.")
+            collapses.append(f"- **Reward std collapse:** `{label}`: {_collapse_text(collapsed)}.")
         if any(job.finished for job in assessed) and _stable(assessed):
             stable.append(f"`{label}`")  # judged on finished runs, not on a partial one alone
     logged = [job for job in sweep.jobs if job.value("peak_reward") is not None]
@@ -103,7 +103,19 @@ def _stability(sweep: Sweep) -> list[str]:
     head = "- **Stable** (KL never above its threshold, reward std never collapsed before success): "
     no_kl = [job for job in logged if job.kl_steps is None]
     caveat = f" ({_jobs_text(no_kl)} logged no KL: only reward std checked)" if no_kl else ""
-    return [head + _listing(stable, len(sweep.configs())) + caveat + ".", *problems]
+    return [head + _listing(stable, len(sweep.configs())) + caveat + ".", *_kl_lines(drifting, sweep), *collapses]
+
+
+def _kl_lines(drifting: list[tuple[str, list[Job]]], sweep: Sweep) -> list[str]:
+    """A line per drifting configuration, or one summary line when most of a big sweep drifts."""
+    if len(drifting) <= MAX_LISTED:
+        return [f"- **KL excursion:** `{label}`: {_kl_text(jobs)}." for label, jobs in drifting]
+    jobs = [job for _, group in drifting for job in group]
+    mildest_label, mildest = min(drifting, key=lambda lj: max(job.value("max_kl") or 0.0 for job in lj[1]))
+    return [
+        f"- **KL excursion** in {len(drifting)} of {len(sweep.configs())} configurations: {_kl_text(jobs)}; "
+        f"the mildest is `{mildest_label}` (max KL {max(job.value('max_kl') or 0.0 for job in mildest):.3f})."
+    ]
 
 
 def _listing(labels: list[str], total: int) -> str:

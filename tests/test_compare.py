@@ -342,3 +342,13 @@ def test_importing_compare_loads_neither_matplotlib_nor_pandas():
     code = "import sys, grpo_exp.compare; print(sorted({'matplotlib', 'pandas'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_a_sweep_that_drifts_everywhere_gets_one_kl_line_naming_the_mildest(tmp_path):
+    for n, lr in enumerate((1e-5, 2e-5, 3e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3)):
+        kls = [HIGH_KL * (1 + n)] * STEPS
+        write_job(tmp_path, str(n), [f"optimizer.lr={lr}"], ramp(0.5 + n / 100), kls=kls)
+    report = write_report(tmp_path, plots=False).read_text()
+    kl_lines = [line for line in report.splitlines() if "KL excursion" in line]
+    assert len(kl_lines) == 1 and "in 8 of 8 configurations" in kl_lines[0]
+    assert "the mildest is `optimizer.lr=1e-05` (max KL 0.300)" in kl_lines[0]
