@@ -82,3 +82,19 @@ def test_code_generation_run_logs_the_three_reward_parts(tmp_path):
     for part in ("syntax", "tests", "complexity"):
         assert all(f"rewards/{part}/mean" in r for r in rows), part
     assert any(r["rewards/syntax/mean"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("model", ["qwen2_5_0_5b_instruct", "mistral_7b_instruct"])
+def test_hub_model_configs_load_through_the_same_path(settings, tmp_path, model):
+    """A hub model config, pointed at local weights (no hub here): the embedded model's folder."""
+    from grpo_exp.models.tiny import ensure_built
+
+    weights = ensure_built(settings().model.recipe)
+    out = tmp_path / model
+    overrides = (f"model={model}", f"model.name_or_path={weights}", "grpo.max_steps=2", "logger=none")
+    result = run_training(out, *overrides, "grpo.max_completion_length=16", "optimizer.lr=1e-3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = {p.name for p in (out / "model").iterdir()}
+    lora = settings(f"model={model}").model.lora.enabled
+    assert ("adapter_config.json" in saved) == lora  # Mistral's config trains a LoRA adapter
+    assert "loading float32" in result.stderr  # bfloat16 weights on a CPU are loaded as float32
