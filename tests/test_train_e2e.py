@@ -113,3 +113,12 @@ def test_accelerate_launch_with_two_processes_writes_one_job(tmp_path):
     assert len(list((out / "wandb").glob("offline-run-*"))) == 1
     config = (out / "config.yaml").read_text()
     assert "per_device_train_batch_size: 12" in config
+
+
+@pytest.mark.slow
+def test_the_default_run_meets_the_goal(tmp_path):
+    """README's promise: the default run lifts the format reward from below 0.2 to above 0.8."""
+    result = run_training(tmp_path, "logger=none")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["first_reward"] < 0.2 and summary["final_reward"] > 0.8
