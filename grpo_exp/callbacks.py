@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
+from grpo_exp.errors import UserError
 from grpo_exp.metrics import append_metrics
 from grpo_exp.monitor import Alert, HealthMonitor
 
 log = logging.getLogger("grpo_exp.monitor")
 
+# A NaN in these means the run has diverged: every later step would be wasted compute.
+DIVERGENCE_KEYS = ("loss", "grad_norm")
 # What the progress bar shows after each logging step (TRL's log keys, short labels).
 BAR_FIELDS = {"reward": "reward", "reward_std": "std", "kl": "kl", "completions/mean_length": "len"}
 
@@ -27,10 +31,16 @@ class JobCallback(TrainerCallback):
         self.run = run
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs:
+        if not logs:
             return
-        append_metrics(self.metrics_path, state.global_step, logs)
-        self._report(self.monitor.observe(state.global_step, logs))
+        if state.is_world_process_zero:
+            append_metrics(self.metrics_path, state.global_step, logs)
+            self._report(self.monitor.observe(state.global_step, logs))
+        if any(isinstance(logs.get(k), float) and math.isnan(logs[k]) for k in DIVERGENCE_KEYS):
+            raise UserError(
+                f"training diverged: the loss is NaN at step {state.global_step}; "
+                "lower optimizer.lr, keep optimizer.max_grad_norm set, and check the rewards for inf"
+            )
 
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:

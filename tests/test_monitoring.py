@@ -106,3 +106,17 @@ def test_wandb_mode_follows_login_and_environment(monkeypatch, mode, env, netrc_
     monkeypatch.setattr(wbauth, "read_netrc_auth", lambda host: "key" if netrc_login else None)
     assert tracking.resolve_mode(LoggerSettings(mode=mode)) == expected
     assert tracking.resolve_mode(LoggerSettings(backend="none", mode=mode)) == "disabled"
+
+
+def test_a_nan_loss_stops_the_job_after_recording_the_step(tmp_path):
+    from types import SimpleNamespace
+
+    from grpo_exp.callbacks import JobCallback
+    from grpo_exp.errors import UserError
+
+    callback = JobCallback(tmp_path / "metrics.jsonl", HealthMonitor(MonitorSettings()), run=None)
+    state = SimpleNamespace(is_world_process_zero=True, global_step=7)
+    callback.on_log(None, state, None, logs={"loss": 0.5, "reward": 0.2})
+    with pytest.raises(UserError, match="training diverged: the loss is NaN at step 7"):
+        callback.on_log(None, state, None, logs={"loss": float("nan"), "reward": 0.2})
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [7, 7]
