@@ -25,24 +25,19 @@ from grpo_exp.validate import validate
 MAX_CHECKED_JOBS = 64
 
 
-def check_command(config_dir: Path, config_name: str, overrides: Sequence[str], multirun: bool) -> list[str]:
-    """Compose and validate each job the command would run; returns the warnings of the first."""
+def check_command(config_dir: Path, config_name: str, overrides: Sequence[str], multirun: bool) -> None:
+    """Compose and validate each job the command would run; a one-line UserError for the first bad one."""
     register_schema()
     with initialize_config_dir(config_dir=str(config_dir.resolve()), version_base="1.3"):
         jobs = list(job_overrides(config_name, overrides)) if multirun else [list(overrides)]
-        warnings: list[str] = []
-        for i, job in enumerate(jobs[:MAX_CHECKED_JOBS]):
-            cfg = compose_job(config_name, job)
-            job_warnings = validate(to_settings(cfg))
-            if i == 0:
-                warnings = job_warnings
-        return warnings
+        for job in jobs[:MAX_CHECKED_JOBS]:
+            validate(to_settings(compose_job(config_name, job)))
 
 
-def compose_job(config_name: str, overrides: Sequence[str]) -> DictConfig:
-    """One job's config, or a one-line UserError describing why Hydra could not compose it."""
+def compose_job(config_name: str, overrides: Sequence[str], with_hydra: bool = False) -> DictConfig:
+    """One job's config (with Hydra's own node if asked), or a one-line UserError saying why not."""
     try:
-        return compose(config_name=config_name, overrides=list(overrides))
+        return compose(config_name=config_name, overrides=list(overrides), return_hydra_config=with_hydra)
     except Exception as exc:  # Hydra and OmegaConf raise many types; all of them are the user's input
         raise UserError(describe_config_error(exc)) from None
 
@@ -50,7 +45,7 @@ def compose_job(config_name: str, overrides: Sequence[str]) -> DictConfig:
 def job_overrides(config_name: str, overrides: Sequence[str]) -> Iterator[list[str]]:
     """The override list of every job in the sweep, as the basic sweeper would expand it."""
     plain = [o for o in _parse(overrides) if not o.is_sweep_override()]
-    base = compose_job_with_hydra(config_name, [o.input_line for o in plain if o.input_line])
+    base = compose_job(config_name, [o.input_line for o in plain if o.input_line], with_hydra=True)
     params = base.hydra.sweeper.get("params") or {}
     parsed = _parse([f"{k}={v}" for k, v in params.items()] + list(overrides))
     choices: dict[str, list[str]] = {}
@@ -59,13 +54,6 @@ def job_overrides(config_name: str, overrides: Sequence[str]) -> Iterator[list[s
     keys = list(choices)
     for combo in itertools.product(*(choices[k] for k in keys)):
         yield [f"{k}={v}" for k, v in zip(keys, combo, strict=True)]
-
-
-def compose_job_with_hydra(config_name: str, overrides: list[str]) -> DictConfig:
-    try:
-        return compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
-    except Exception as exc:
-        raise UserError(describe_config_error(exc)) from None
 
 
 def _parse(overrides: Sequence[str]) -> list[Override]:
