@@ -14,5 +14,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    cli.preflight(sys.argv[1:])
+    sys.argv[1:] = cli.preflight(sys.argv[1:])
     main()

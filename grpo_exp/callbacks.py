@@ -1,4 +1,4 @@
-"""Trainer callbacks: recording each logged step, and a progress bar that shows the GRPO signals."""
+"""Trainer callbacks: recording each logged step, the GRPO progress bar, clean stops, W&B after a resume."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.integrations import WandbCallback
 from transformers.trainer_callback import ProgressCallback
 
 from grpo_exp.errors import UserError
 from grpo_exp.metrics import append_metrics
 from grpo_exp.monitor import Alert, HealthMonitor
+from grpo_exp.stops import StopRequest
 
 log = logging.getLogger("grpo_exp.monitor")
 
@@ -61,3 +63,31 @@ class SignalProgress(ProgressCallback):
             shown = {label: f"{logs[key]:.3g}" for key, label in BAR_FIELDS.items() if key in logs}
             if shown:
                 self.training_bar.set_postfix(shown, refresh=False)
+
+
+class ResumedWandbCallback(WandbCallback):
+    """transformers' W&B logger, minus the steps W&B already holds from before a stop.
+
+    A resumed job trains again the steps between its checkpoint and the stop; W&B keeps one value
+    per step, so those (up to ``sent_step``) are not sent twice.
+    """
+
+    def __init__(self, sent_step: int) -> None:
+        super().__init__()
+        self.sent_step = sent_step
+
+    def on_log(self, args, state, control, model=None, logs=None, **kwargs):
+        if state.global_step > self.sent_step:
+            super().on_log(args, state, control, model=model, logs=logs, **kwargs)
+
+
+class StopCallback(TrainerCallback):
+    """Turns a pending stop request (``stops.StopRequest``) into 'save a checkpoint, then stop' at the step's end."""
+
+    def __init__(self, request: StopRequest) -> None:
+        self.request = request
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.request.signum is not None:
+            control.should_save = True
+            control.should_training_stop = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -19,8 +20,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from grpo_exp import resume as resume_rules
 from grpo_exp.config import register_schema, to_settings
 from grpo_exp.errors import UserError, describe_failure
+from grpo_exp.stops import JobStopped
 from grpo_exp.tracking import identity_from_hydra
 from grpo_exp.validate import validate
 
@@ -29,26 +32,57 @@ log = logging.getLogger("grpo_exp")
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 EXIT_USER_ERROR = 2
 EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 # Hydra's own flags that only print something; they need no checking.
 _PRINT_ONLY = ("help", "hydra_help", "cfg", "info", "shell_completion", "version")
 
 
-def preflight(argv: list[str]) -> None:
-    """Exit with one line if any job of this command has a config that cannot run."""
+def preflight(argv: list[str]) -> list[str]:
+    """Exit with one line if any job of this command has a config that cannot run.
+
+    Returns the command line Hydra should see: ``resume=<job folder>`` becomes a run in that folder.
+    """
     from hydra._internal.utils import get_args_parser
 
     register_schema()
     args, _ = get_args_parser().parse_known_args(argv)
     if any(getattr(args, flag, None) for flag in _PRINT_ONLY) or args.config_dir or args.experimental_rerun:
-        return
+        return argv
     config_dir = CONF_DIR.parent / args.config_path if args.config_path else CONF_DIR
     from grpo_exp.preflight import check_command
 
     try:
+        resume_to = _resume_folder(args.overrides, args.multirun)
+        if resume_to is not None:
+            return [*argv, f"hydra.run.dir='{resume_to}'", "hydra.output_subdir=null"]
         check_command(config_dir, args.config_name or "config", args.overrides, args.multirun)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
+    return argv
+
+
+def _resume_folder(overrides: list[str], multirun: bool) -> Path | None:
+    """For ``resume=<job folder>``: the folder, once it and the other overrides are checked."""
+    values = {_key(o): o.split("=", 1)[1] for o in overrides if "=" in o}
+    resume = values.get("resume", resume_rules.NEVER)
+    folder_key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if resume == resume_rules.AUTO and folder_key not in values:
+        raise UserError(f"resume=auto continues the run in {folder_key}; add {folder_key}=<the folder to continue>")
+    if not resume_rules.is_folder(resume):
+        return None
+    folder = Path(resume)
+    if multirun:
+        raise UserError(
+            f"resume={resume} continues one job; to resume a sweep, run its command again with "
+            "hydra.sweep.dir=<its folder> resume=auto"
+        )
+    if values.get("hydra.run.dir", resume) != resume:
+        raise UserError(f"resume={resume} writes into that folder; leave out hydra.run.dir")
+    resume_rules.check_folder(folder)
+    resume_rules.check_overrides(resume, overrides)
+    validate(resume_rules.recorded_settings(folder, overrides))
+    return folder
 
 
 def run_job(cfg: DictConfig) -> float:
@@ -57,12 +91,22 @@ def run_job(cfg: DictConfig) -> float:
     output_dir = Path(hydra_cfg.runtime.output_dir)
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     try:
-        settings = to_settings(cfg)
-        for warning in validate(settings):
+        plan = resume_rules.plan(to_settings(cfg), output_dir, list(hydra_cfg.overrides.task))
+        if plan.done is not None:
+            log.info("%s completed its %s steps before; nothing to do", output_dir, plan.done.get("steps"))
+            return float(plan.done.get(plan.settings.objective) or math.nan)
+        for warning in validate(plan.settings):
             log.warning(warning)
         from grpo_exp.train import train
 
-        return train(settings, output_dir, identity_from_hydra())
+        return train(plan.settings, output_dir, identity_from_hydra(), plan.point)
+    except JobStopped as stop:
+        where = f"checkpoint {stop.checkpoint}" if stop.checkpoint else "no checkpoint (grpo.save_steps=0)"
+        log.warning("stopped at step %d, %s; resume with: %s", stop.step, where, resume_command(output_dir))
+        sys.exit(stop.exit_code)
+    except KeyboardInterrupt:
+        log.warning("stopped at once; resume from the last checkpoint with: %s", resume_command(output_dir))
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -71,3 +115,28 @@ def run_job(cfg: DictConfig) -> float:
         if in_sweep:
             return math.nan
         sys.exit(EXIT_USER_ERROR if isinstance(exc, UserError) else EXIT_FAILED)
+
+
+def resume_command(output_dir: Path) -> str:
+    """The command that continues this job: its folder alone, or for a sweep the sweep's command."""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return f"python run.py resume={shlex.quote(str(output_dir))}"
+    kept = [o for o in hydra_cfg.overrides.task if _key(o) not in ("resume", "hydra.sweep.dir")]
+    sweep = [o for o in _sweep_overrides(Path(hydra_cfg.sweep.dir)) if _key(o) not in ("resume", "hydra.sweep.dir")]
+    words = ["python", "run.py", "-m", *(sweep or kept), f"hydra.sweep.dir={hydra_cfg.sweep.dir}", "resume=auto"]
+    return shlex.join(words)
+
+
+def _sweep_overrides(sweep_dir: Path) -> list[str]:
+    """The sweep's own command-line overrides (with their value lists), from Hydra's multirun.yaml."""
+    saved = sweep_dir / "multirun.yaml"
+    if not saved.is_file():
+        return []
+    from omegaconf import OmegaConf
+
+    return list(OmegaConf.load(saved).hydra.overrides.task)
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")

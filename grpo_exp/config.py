@@ -136,6 +136,7 @@ class GrpoSettings:
     max_steps: int = -1
     logging_steps: int = 1
     save_steps: int = 0
+    save_total_limit: int | None = 2
     use_vllm: bool = False
     vllm_mode: str = "colocate"
     vllm_gpu_memory_utilization: float = 0.3
@@ -180,6 +181,7 @@ class ExperimentConfig:
     threads: int | None = None
     save_model: bool = True
     objective: str = "final_reward"
+    resume: str = "never"
 
 
 def register_schema() -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from grpo_exp.config import MonitorSettings
 
@@ -47,6 +48,18 @@ class HealthMonitor:
             "(grpo.max_steps, grpo.num_train_epochs) with a bigger batch"
         )
         return self._raise(step, iter([("weak_improvement", advice)]))
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps, so a resumed run neither forgets its windows nor repeats an alert."""
+        state = {k: v for k, v in vars(self).items() if k != "settings"}
+        state["windows"] = {key: list(window) for key, window in self.windows.items()}
+        state["alerts"] = [asdict(alert) for alert in self.alerts]
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        vars(self).update({k: v for k, v in state.items() if k not in ("windows", "alerts")})
+        self.windows = {k: deque(v, maxlen=self.settings.window) for k, v in state.get("windows", {}).items()}
+        self.alerts = [Alert(**alert) for alert in state.get("alerts", [])]
 
     def _breaches(self, means: dict[str, float]) -> Iterator[tuple[str, str]]:
         s = self.settings

@@ -42,7 +42,7 @@ def identity_from_hydra() -> RunIdentity:
     overrides = {
         o.key_or_group: o.value()
         for o in _parse(hydra_cfg.overrides.task)
-        if not o.key_or_group.startswith(("hydra.", "logger"))
+        if not o.key_or_group.lstrip("+~").startswith(("hydra.", "logger", "resume"))
     }
     name = ",".join(f"{k}={v}" for k, v in overrides.items()) or "defaults"
     tags = [
@@ -102,12 +102,20 @@ def resolve_mode(settings: LoggerSettings) -> str:
 
 @contextlib.contextmanager
 def wandb_run(
-    settings: LoggerSettings, identity: RunIdentity, config: dict[str, Any], output_dir: Path
+    settings: LoggerSettings,
+    identity: RunIdentity,
+    config: dict[str, Any],
+    output_dir: Path,
+    run_id: str | None = None,
+    resumed_from: int = 0,
 ) -> Iterator[Any | None]:
     """An active W&B run for the job (None when tracking is off); finished, or failed, on exit.
 
     ``config`` (the resolved job config) is nested under ``grpo_exp`` so the TrainingArguments that
-    transformers writes at the top level can't clash with it; the overrides sit beside it.
+    transformers writes at the top level can't clash with it; the overrides sit beside it. With
+    ``run_id`` (a job resumed at step ``resumed_from``) the same run continues; offline, W&B starts
+    a second ``offline-run-*`` folder with the same id, whose steps must follow the first one's for
+    ``wandb sync`` to keep them.
     """
     mode = resolve_mode(settings)
     if mode == "disabled":
@@ -115,6 +123,9 @@ def wandb_run(
         return
     import wandb
 
+    from grpo_exp import wandb_offline
+
+    last_offline_step = wandb_offline.last_step(output_dir) if run_id and mode == "offline" else None
     run = wandb.init(
         project=settings.project,
         entity=settings.entity,
@@ -125,16 +136,25 @@ def wandb_run(
         config={"grpo_exp": config, **identity.overrides},
         dir=str(output_dir),
         mode=mode,
+        id=run_id,
+        resume="allow" if run_id else None,
         reinit="finish_previous",
         settings=wandb.Settings(quiet=True),
     )
-    if mode == "offline":
-        log.info("W&B run %r saved offline; upload it with: wandb sync %s", run.name, Path(run.dir).parent)
-    else:
-        log.info("W&B run %r: %s", run.name, run.url)
+    if run_id:  # a row that marks the resume, and (offline) moves W&B's step past the earlier rows
+        step = None if last_offline_step is None else last_offline_step + 1
+        run.log({"resume/from_step": resumed_from}, step=step)
+    log.info("W&B run %r: %s", run.name, view_hint(run, mode, output_dir))
     try:
         yield run
-    except BaseException:
-        run.finish(exit_code=1)
+    except BaseException as exc:
+        run.finish(exit_code=getattr(exc, "exit_code", 1))  # a clean stop keeps its own code (130, 143)
         raise
     run.finish()
+
+
+def view_hint(run: Any, mode: str, output_dir: Path) -> str:
+    """How to see the run: its URL online, the upload command offline."""
+    if mode == "offline":
+        return f"saved offline; upload with: wandb sync {output_dir / 'wandb'}/offline-run-*"
+    return run.url or "online"

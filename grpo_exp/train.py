@@ -8,6 +8,7 @@ Writes to the job folder: ``config.yaml`` (the config as run, derived values inc
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 import warnings
@@ -16,36 +17,72 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from grpo_exp import data, hardware, models
+from grpo_exp import checkpoints, data, hardware, models, provenance
+from grpo_exp.checkpoints import CheckpointSeal
 from grpo_exp.config import ExperimentConfig, OptimizerSettings
 from grpo_exp.errors import describe_failure
 from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE, read_metrics, summarize, write_summary
 from grpo_exp.monitor import HealthMonitor
+from grpo_exp.outcome import format_outcome
+from grpo_exp.resume import RUN_INFO_FILE, ResumePoint, rewind_metrics
 from grpo_exp.rewards.compose import build_rewards
-from grpo_exp.tracking import RunIdentity, wandb_run
+from grpo_exp.stops import JobStopped, StopRequest
+from grpo_exp.tracking import RunIdentity, resolve_mode, view_hint, wandb_run
 
 log = logging.getLogger(__name__)
 
 
-def train(settings: ExperimentConfig, output_dir: Path, identity: RunIdentity) -> float:
-    """Run the job; returns its ``objective`` from the summary (NaN when there is none)."""
+def train(
+    settings: ExperimentConfig, output_dir: Path, identity: RunIdentity, resume_point: ResumePoint | None = None
+) -> float:
+    """Run the job (or continue it from ``resume_point``); returns its ``objective`` (NaN when there is none).
+
+    Raises ``JobStopped`` after a clean stop (SIGINT/SIGTERM), once the checkpoint, model and summary are saved.
+    """
     started = time.perf_counter()
     primary = hardware.is_primary_process()  # with several processes, one logs and writes files
     output_dir.mkdir(parents=True, exist_ok=True)
     resolved = dataclasses.asdict(settings)  # as run: derived values (e.g. the batch size) included
-    if primary:
-        (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved), encoding="utf-8")
     monitor = HealthMonitor(settings.monitor)
     outcome: dict[str, Any] = {"status": "failed"}
+    run_info = resume_point.run_info if resume_point else {}
+    if resume_point:
+        outcome["resumed_from"] = resume_point.step
+        if resume_point.checkpoint:
+            monitor.load_state_dict(resume_point.checkpoint.state.get("monitor", {}))
+        if primary:
+            rewind_metrics(output_dir / METRICS_FILE, resume_point.step)
+        known = run_info.get("wandb", {})
+        identity = dataclasses.replace(identity, name=known.get("name", identity.name), group=known.get("group"))
+    if primary:
+        (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved), encoding="utf-8")
+    gpu = settings.device != "cpu" and hardware.cuda_available()
+    record = provenance.record(settings.seed, provenance.device_name(gpu))
     logger = settings.logger if primary else dataclasses.replace(settings.logger, backend="none")
-    with wandb_run(logger, identity, resolved, output_dir) as run:
+    stop = StopRequest()
+    hint = None
+    run_id = run_info.get("wandb", {}).get("id")
+    resumed_from = resume_point.step if resume_point else 0
+    with wandb_run(logger, identity, {**resolved, "provenance": record}, output_dir, run_id, resumed_from) as run:
+        if primary:
+            _write_run_info(output_dir, run_info, record, run, resume_point)
+        hint = view_hint(run, resolve_mode(logger), output_dir) if run is not None else None
         try:
-            trainer = build_trainer(settings, output_dir, monitor, run)
+            trainer = build_trainer(
+                settings,
+                output_dir,
+                monitor,
+                run,
+                stop=stop,
+                wandb_sent_step=resume_point.logged_until if resume_point else 0,
+            )
             outcome["startup_s"] = round(time.perf_counter() - started, 2)
-            trainer.train()
+            checkpoint = resume_point and resume_point.checkpoint
+            with stop.listening():
+                trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
             if settings.save_model:
                 trainer.save_model(str(output_dir / "model"))
-            outcome["status"] = "completed"
+            outcome["status"] = "completed" if stop.signum is None else "interrupted"
         except BaseException as exc:
             outcome["error"] = describe_failure(exc)
             outcome["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
@@ -55,18 +92,33 @@ def train(settings: ExperimentConfig, output_dir: Path, identity: RunIdentity) -
             summary = _summary(settings, output_dir, monitor, identity, outcome, write=primary)
             if run is not None:
                 run.summary.update({f"summary/{k}": v for k, v in summary.items() if _scalar(v)})
+        if stop.signum is not None:
+            if run is not None:
+                run.mark_preempting()
+            latest = checkpoints.latest(output_dir)
+            raise JobStopped(stop.exit_code, summary["steps"], str(latest.path) if latest else None)
+    if primary:
+        print(format_outcome(summary, output_dir, hint, None), flush=True)
     objective = summary.get(settings.objective)
     return float(objective) if objective is not None else float("nan")
 
 
-def build_trainer(settings: ExperimentConfig, output_dir: Path, monitor: HealthMonitor, run: Any):
+def build_trainer(
+    settings: ExperimentConfig,
+    output_dir: Path,
+    monitor: HealthMonitor,
+    run: Any,
+    stop: StopRequest | None = None,
+    wandb_sent_step: int = 0,
+):
     """Everything heavy happens here: torch, transformers and trl load, the model loads."""
     import datasets
     from transformers import set_seed
+    from transformers.integrations import WandbCallback
     from transformers.trainer_callback import ProgressCallback
     from trl import GRPOTrainer
 
-    from grpo_exp.callbacks import JobCallback, SignalProgress
+    from grpo_exp.callbacks import JobCallback, ResumedWandbCallback, SignalProgress, StopCallback
 
     _quiet_library_noise()
     datasets.disable_progress_bars()  # the prompt set maps in milliseconds; its bars would only clutter
@@ -87,10 +139,17 @@ def build_trainer(settings: ExperimentConfig, output_dir: Path, monitor: HealthM
         args=grpo_config(settings, output_dir, weights, gpu, report_to_wandb=run is not None),
         train_dataset=dataset,
         peft_config=models.lora_config(settings.model),
-        callbacks=[JobCallback(output_dir / METRICS_FILE, monitor, run)],
+        callbacks=[
+            JobCallback(output_dir / METRICS_FILE, monitor, run),
+            CheckpointSeal(monitor),
+            StopCallback(stop or StopRequest()),
+        ],
     )
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(SignalProgress())
+    if run is not None and wandb_sent_step:
+        trainer.remove_callback(WandbCallback)
+        trainer.add_callback(ResumedWandbCallback(wandb_sent_step))
     return trainer
 
 
@@ -130,6 +189,7 @@ def grpo_config(settings: ExperimentConfig, output_dir: Path, weights: list[floa
         logging_steps=g.logging_steps,
         save_strategy="steps" if g.save_steps else "no",
         save_steps=g.save_steps or 1,
+        save_total_limit=g.save_total_limit,
         use_vllm=g.use_vllm and gpu,
         vllm_mode=g.vllm_mode,
         vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization,
@@ -170,6 +230,18 @@ def _summary(
     if write:
         write_summary(output_dir / SUMMARY_FILE, summary)
     return summary
+
+
+def _write_run_info(
+    output_dir: Path, known: dict[str, Any], record: dict[str, Any], run: Any, resume_point: ResumePoint | None
+) -> None:
+    """``run_info.json``: the first start's record, the W&B run to continue, and each resume's record."""
+    info = dict(known) or {"provenance": record, "resumes": []}
+    if resume_point:
+        info.setdefault("resumes", []).append({"from_step": resume_point.step, **record})
+    if run is not None:
+        info["wandb"] = {"id": run.id, "name": run.name, "group": run.group, "project": run.project}
+    (output_dir / RUN_INFO_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _scalar(value: Any) -> bool:

@@ -1,47 +1,13 @@
-"""Reading W&B offline run files in tests: they can't be opened with wandb.Api.
-
-A ``.wandb`` file is a 7-byte header (``:W&B``, magic, version) followed by LevelDB-style log
-blocks of 32 KiB, each record a 7-byte header (crc32, length, type) and a chunk of a serialized
-``wandb_internal_pb2.Record``; long records span FIRST/MIDDLE/LAST chunks.
-"""
+"""What tests want to know about an offline W&B run (the file format: grpo_exp/wandb_offline.py)."""
 
 from __future__ import annotations
 
 import json
-import struct
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FILE_HEADER = 7
-BLOCK = 32 * 1024
-CHUNK_HEADER = struct.Struct("<IHB")
-FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-
-
-def records(path: Path) -> Iterator[Any]:
-    """Every protobuf Record in a .wandb file, in order."""
-    from wandb.proto import wandb_internal_pb2
-
-    data = path.read_bytes()
-    assert data[:4] == b":W&B", f"{path} is not a W&B run file"
-    pos, parts = FILE_HEADER, []
-    while pos + CHUNK_HEADER.size <= len(data):
-        if BLOCK - pos % BLOCK < CHUNK_HEADER.size:  # block trailer padding
-            pos += BLOCK - pos % BLOCK
-            continue
-        _, length, kind = CHUNK_HEADER.unpack_from(data, pos)
-        start = pos + CHUNK_HEADER.size
-        pos = start + length
-        if kind not in (FULL, FIRST, MIDDLE, LAST):
-            continue
-        parts.append(data[start:pos])
-        if kind in (FULL, LAST):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(b"".join(parts))
-            parts = []
-            yield record
+from grpo_exp.wandb_offline import records
 
 
 @dataclass

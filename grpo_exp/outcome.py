@@ -1,0 +1,43 @@
+"""The block a job prints when it ends: how it went, where it is, and what to do next."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | None, resume_hint: str | None) -> str:
+    """A few aligned lines from ``summary.json``: status, steps, reward, KL, alerts, folder, W&B."""
+    rows = [("status", summary.get("status", "?")), ("steps", _steps(summary))]
+    if summary.get("first_reward") is not None:
+        rows.append(
+            (
+                "reward",
+                f"{summary['first_reward']:.3f} -> {summary['final_reward']:.3f} "
+                f"(first -> last tenth of steps; peak {summary['peak_reward']:.3f})",
+            )
+        )
+    if summary.get("mean_kl") is not None:
+        rows.append(
+            (
+                "KL",
+                f"mean {summary['mean_kl']:.3f}, max {summary['max_kl']:.3f} "
+                f"({summary['steps_above_kl_threshold']} steps above the alarm)",
+            )
+        )
+    alerts = summary.get("alerts") or []
+    rows.append(("alerts", ", ".join(f"{a['kind']} (step {a['step']})" for a in alerts) or "none"))
+    rows.append(("folder", str(job_dir)))
+    if wandb_hint:
+        rows.append(("W&B", wandb_hint))
+    if resume_hint:
+        rows.append(("resume", resume_hint))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"  {label:<{width}}  {value}" for label, value in rows)
+
+
+def _steps(summary: dict[str, Any]) -> str:
+    text = str(summary.get("steps", 0))
+    if summary.get("resumed_from"):
+        text += f" (resumed from step {summary['resumed_from']})"
+    return text

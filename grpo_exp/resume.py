@@ -1,0 +1,196 @@
+"""Resuming a job (``resume=never|auto|<job folder>``): from where, with which config, keeping what.
+
+- ``never`` (the default): a fresh job; a folder that already holds a run is refused, so a run
+  is never appended to by accident.
+- ``<job folder>``: continue that job, in that folder, with the config it recorded. Only settings
+  that don't change the experiment (``ADJUSTABLE``: how long it trains, how it reports) may be
+  given with it; ``run.py`` writes into the folder itself (``hydra.run.dir``).
+- ``auto``: continue the job folder Hydra gives this job when it holds a run of the same config,
+  skip it when that run completed, start it otherwise. That is how a sweep resumes (the same
+  command, the same ``hydra.sweep.dir``) and how a requeued SLURM job picks up its checkpoint.
+
+A resumed job continues from its latest whole checkpoint (``checkpoints.latest``): its
+``metrics.jsonl`` is cut back to the checkpoint's step, so every step ends up there once, and its
+W&B run continues under the same id without resending the steps W&B already holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from grpo_exp.config import ExperimentConfig, to_settings
+from grpo_exp.errors import UserError
+from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE
+
+log = logging.getLogger("grpo_exp")
+
+NEVER, AUTO = "never", "auto"
+CONFIG_FILE = "config.yaml"
+RUN_INFO_FILE = "run_info.json"
+# What a resumed job may change: how long it trains and how it reports, never what it learns.
+ADJUSTABLE = (
+    "resume",
+    "grpo.max_steps",
+    "grpo.num_train_epochs",
+    "grpo.save_steps",
+    "grpo.save_total_limit",
+    "logger.mode",
+    "save_model",
+    "threads",
+    "device",
+)
+
+
+@dataclass
+class ResumePoint:
+    """Where a resumed job starts: a checkpoint (None: step 0) and what was already recorded."""
+
+    checkpoint: Any | None  # checkpoints.Checkpoint; typed loosely so this module stays free of torch
+    logged_until: int  # the last step in metrics.jsonl before the stop: W&B has every step up to it
+    run_info: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        return self.checkpoint.step if self.checkpoint else 0
+
+
+@dataclass
+class Plan:
+    """What a job does: train ``settings`` (continuing ``point`` if set), or nothing (``done``)."""
+
+    settings: ExperimentConfig
+    point: ResumePoint | None = None
+    done: dict[str, Any] | None = None  # the summary of a run that already completed
+
+
+def plan(settings: ExperimentConfig, job_dir: Path, overrides: Sequence[str]) -> Plan:
+    """Decide, before anything heavy loads, whether this job starts, continues, or is already done."""
+    if settings.resume == NEVER:
+        if holds_run(job_dir):
+            raise UserError(
+                f"{job_dir} already holds a run; continue it with resume={job_dir}, or give another hydra.run.dir"
+            )
+        return Plan(settings)
+    if is_folder(settings.resume):
+        settings = recorded_settings(job_dir, overrides)
+    elif not holds_run(job_dir):
+        return Plan(settings)  # auto, and this job never ran: start it
+    elif changed := differences(recorded_settings(job_dir), settings):
+        raise UserError(
+            f"resume=auto: {job_dir} holds a run with another config ({', '.join(changed[:4])} differ); "
+            "resume it with the same settings, or give a new hydra.sweep.dir (hydra.run.dir)"
+        )
+    summary = _read_json(job_dir / SUMMARY_FILE)
+    target = settings.grpo.max_steps
+    if summary.get("status") == "completed" and (target <= 0 or summary.get("steps", 0) >= target):
+        return Plan(settings, done=summary)
+    return Plan(settings, point=resume_point(job_dir))
+
+
+def is_folder(value: str) -> bool:
+    return value not in (NEVER, AUTO)
+
+
+def holds_run(job_dir: Path) -> bool:
+    """Whether a job has trained here before (Hydra's own files alone don't count)."""
+    return any((job_dir / name).exists() for name in (METRICS_FILE, SUMMARY_FILE)) or any(job_dir.glob("checkpoint-*"))
+
+
+def check_folder(folder: Path) -> None:
+    """A one-line error unless ``folder`` is a job folder that can be resumed."""
+    if not (folder / CONFIG_FILE).is_file():
+        raise UserError(
+            f"resume={folder}: not a job folder (no {CONFIG_FILE} there); give the folder of a run, "
+            "e.g. resume=outputs/<date>/<time>"
+        )
+
+
+def check_overrides(folder: str, overrides: Sequence[str]) -> None:
+    """Refuse overrides that would make a resumed job a different experiment, naming them."""
+    refused = [o for o in overrides if _key(o) not in ADJUSTABLE and not _key(o).startswith("hydra.")]
+    if refused:
+        raise UserError(
+            f"resume={folder} continues the run with its recorded config; these overrides would change the "
+            f"experiment: {', '.join(refused)} (only {', '.join(ADJUSTABLE[1:])} may change); start a new run instead"
+        )
+
+
+def recorded_settings(folder: Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """The config a job ran with (its ``config.yaml``), with the adjustable overrides applied."""
+    check_folder(folder)
+    cfg = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), OmegaConf.load(folder / CONFIG_FILE))
+    adjustments = [o.lstrip("+~") for o in overrides if _key(o) in ADJUSTABLE and _key(o) != "resume"]
+    cfg.merge_with_dotlist(adjustments)
+    cfg.resume = str(folder)
+    return to_settings(cfg)
+
+
+def differences(recorded: ExperimentConfig, current: ExperimentConfig) -> list[str]:
+    """Dotted keys whose values differ between two configs, adjustable keys left out."""
+    old, new = _flat(dataclasses.asdict(recorded)), _flat(dataclasses.asdict(current))
+    keys = sorted(set(old) | set(new))
+    return [k for k in keys if old.get(k) != new.get(k) and k not in ADJUSTABLE]
+
+
+def resume_point(job_dir: Path) -> ResumePoint:
+    """The latest whole checkpoint of ``job_dir`` (damaged newer ones set aside) and its records."""
+    from grpo_exp import checkpoints
+
+    checkpoint = checkpoints.latest(job_dir, set_aside=True)
+    rows = _metric_steps(job_dir / METRICS_FILE)
+    run_info = _read_json(job_dir / RUN_INFO_FILE)
+    if checkpoint is None:
+        log.warning("no usable checkpoint in %s: training starts again from step 0", job_dir)
+    return ResumePoint(checkpoint, max(rows, default=0), run_info)
+
+
+def rewind_metrics(path: Path, step: int) -> None:
+    """Keep the rows of steps up to ``step``: the steps after it are trained again."""
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines() if _row_step(line) <= step]
+    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _metric_steps(path: Path) -> list[int]:
+    if not path.is_file():
+        return []
+    return [s for line in path.read_text(encoding="utf-8").splitlines() if (s := _row_step(line)) < _TORN]
+
+
+_TORN = 1 << 62  # the step given to a line cut short by a kill: never kept
+
+
+def _row_step(line: str) -> int:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return _TORN
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(node, dict):
+        return {prefix.rstrip("."): node}
+    flat: dict[str, Any] = {}
+    for key, value in node.items():
+        flat.update(_flat(value, f"{prefix}{key}."))
+    return flat

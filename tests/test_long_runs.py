@@ -1,0 +1,163 @@
+"""Long runs, for real on the tiny model: a killed run resumes, Ctrl-C stops cleanly, a sweep resumes.
+
+Each test starts ``run.py`` as a user would, in its own process group (as a terminal's Ctrl-C
+reaches the whole group), stops it at a chosen point, and resumes it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_exp import checkpoints
+from grpo_exp.metrics import read_metrics
+from grpo_exp.wandb_offline import history_step, records
+from tests.conftest import ROOT
+from tests.wandb_records import read_run
+
+WAIT_S = 600  # generous: the tiny model trains a step in well under a second on a quiet machine
+
+
+def start(*overrides: str, multirun: bool = False) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    command = [sys.executable, "run.py", *(["-m"] if multirun else []), *overrides]
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def run(*overrides: str, multirun: bool = False) -> subprocess.CompletedProcess[str]:
+    process = start(*overrides, multirun=multirun)
+    out, err = process.communicate(timeout=WAIT_S)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def wait_for(condition, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        if process.poll() is not None:
+            pytest.fail(f"run.py ended (code {process.returncode}) first: {process.stderr.read()[-3000:]}")
+        assert time.monotonic() < deadline, "timed out waiting for the run"
+        time.sleep(0.05)
+
+
+def last_step(job: Path) -> int:
+    return max((row["step"] for row in read_metrics(job / "metrics.jsonl")), default=0)
+
+
+def wandb_history(job: Path) -> list[tuple[list[int], list[int]]]:
+    """Per offline W&B run file, oldest first: W&B's own steps, and the training steps logged."""
+    files = []
+    for path in sorted(job.glob("wandb/offline-run-*/*.wandb")):
+        rows = [record.history for record in records(path) if record.WhichOneof("record_type") == "history"]
+        items = [{item.key: item.value_json for item in row.item} for row in rows]
+        trained = [int(r["train/global_step"]) for r in items if "train/reward" in r]
+        files.append(([history_step(row) for row in rows], trained))
+    return files
+
+
+def test_killed_run_resumes_every_step_once_into_the_same_wandb_run(tmp_path):
+    job = tmp_path / "job"
+    steps = ("grpo.max_steps=14", "grpo.save_steps=4", "optimizer.lr=1e-3", "logger.mode=offline")
+    process = start(*steps, f"hydra.run.dir={job}")
+    second = job / "checkpoint-8" / checkpoints.SEAL_FILE
+    wait_for(lambda: second.is_file() and last_step(job) >= 9, process)
+    process.kill()  # SIGKILL, as the OOM killer does: no chance to save anything more
+    process.wait()
+    killed_at = last_step(job)
+
+    resumed = run(f"resume={job}")
+
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = read_metrics(job / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, 15))
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["resumed_from"] == 8
+    # Continued from the checkpoint, not from the base model: a fresh policy starts at KL 0.
+    assert rows[8]["kl"] > 0.0
+    runs = sorted(job.glob("wandb/offline-run-*"))
+    assert len(runs) == 2 and len({read_run(r).run_id for r in runs}) == 1
+    (steps_before, trained_before), (steps_after, trained_after) = wandb_history(job)
+    assert min(steps_after) > max(steps_before), "wandb sync keeps the resumed rows only if their steps follow"
+    assert trained_before + trained_after == list(range(1, 15)), "every step once in W&B, none lost or repeated"
+    assert trained_before[-1] == killed_at
+    info = json.loads((job / "run_info.json").read_text())
+    assert info["resumes"][0]["from_step"] == 8 and info["wandb"]["id"] == read_run(runs[0]).run_id
+
+
+def test_ctrl_c_stops_after_the_step_with_a_checkpoint_and_resumes(tmp_path):
+    job = tmp_path / "job"
+    process = start("grpo.max_steps=12", "grpo.save_steps=100", "logger.mode=offline", f"hydra.run.dir={job}")
+    wait_for(lambda: last_step(job) >= 3, process)
+    signalled_at = last_step(job)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=WAIT_S)
+
+    assert process.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert signalled_at <= summary["steps"] <= signalled_at + 2  # the step under way, then stop
+    checkpoint = checkpoints.latest(job)
+    assert checkpoint is not None and checkpoint.step == summary["steps"]
+    assert (job / "model" / "model.safetensors").is_file()
+    assert f"resume with: python run.py resume={job}" in err
+    (first_run,) = job.glob("wandb/offline-run-*")
+    assert read_run(first_run).exit_code == 130
+
+    resumed = run(f"resume={job}")
+
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [r["step"] for r in read_metrics(job / "metrics.jsonl")] == list(range(1, 13))
+    assert "status  completed" in resumed.stdout
+
+
+def test_damaged_latest_checkpoint_falls_back_to_the_one_before(tmp_path, caplog):
+    job = tmp_path / "job"
+    done = run("grpo.max_steps=6", "grpo.save_steps=3", "logger=none", f"hydra.run.dir={job}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    weights = job / "checkpoint-6" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])  # cut short, as a full disk or a killed copy leaves it
+
+    assert checkpoints.latest(job).step == 3
+    assert "checkpoint-6 can't be used: model.safetensors is" in caplog.text
+
+    extended = run(f"resume={job}", "grpo.max_steps=8")
+
+    assert extended.returncode == 0, extended.stderr[-3000:]
+    assert "checkpoint-6 can't be used" in extended.stderr
+    assert [r["step"] for r in read_metrics(job / "metrics.jsonl")] == list(range(1, 9))
+    assert json.loads((job / "summary.json").read_text())["resumed_from"] == 3
+    assert (job / "damaged-checkpoint-6").is_dir(), "set aside, not deleted"
+
+
+def test_stopped_sweep_resumes_only_what_was_left(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    sweep = ("grpo.num_generations=4,6", "optimizer.lr=1e-3,2e-3", "grpo.hold_fixed=prompts", "grpo.max_steps=5")
+    command = (*sweep, "grpo.save_steps=2", "logger=none", f"hydra.sweep.dir={sweep_dir}")
+    process = start(*command, multirun=True)
+    wait_for(lambda: last_step(sweep_dir / "2") >= 1, process)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=WAIT_S)
+    assert process.returncode == 130, err[-3000:]
+    assert "resume=auto" in err and not (sweep_dir / "3").exists()
+    finished = {job: (sweep_dir / job / "metrics.jsonl").read_text() for job in ("0", "1")}
+
+    resumed = run(*command, "resume=auto", multirun=True)
+
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for job, text in finished.items():
+        assert (sweep_dir / job / "metrics.jsonl").read_text() == text, f"job {job} ran again"
+    summaries = [json.loads((sweep_dir / str(j) / "summary.json").read_text()) for j in range(4)]
+    assert [s["status"] for s in summaries] == ["completed"] * 4
+    assert "resumed_from" in summaries[2] and "resumed_from" not in summaries[3]
+    with (sweep_dir / "report" / "report.csv").open() as handle:
+        assert len(list(csv.DictReader(handle))) == 4
