@@ -56,10 +56,28 @@ def preflight(argv: list[str]) -> list[str]:
         if resume_to is not None:
             return [*argv, f"hydra.run.dir='{resume_to}'", "hydra.output_subdir=null"]
         check_command(config_dir, args.config_name or "config", args.overrides, args.multirun)
+        if args.multirun and "hydra.sweep.dir" not in {_key(o) for o in args.overrides}:
+            return [*argv, f"hydra.sweep.dir='{_sweep_dir(config_dir, args.config_name or 'config', args.overrides)}'"]
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     return argv
+
+
+def _sweep_dir(config_dir: Path, config_name: str, overrides: list[str]) -> str:
+    """The sweep's folder, resolved once: a requeued SLURM job must find the folder it started in,
+    not one named after the time it was requeued (``${now:...}``)."""
+    from hydra import initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.utils import setup_globals
+
+    from grpo_exp.preflight import compose_job
+
+    setup_globals()
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    plain = [o.input_line for o in parsed if not o.is_sweep_override() and o.input_line]
+    with initialize_config_dir(config_dir=str(config_dir.resolve()), version_base="1.3"):
+        return str(compose_job(config_name, plain, with_hydra=True).hydra.sweep.dir)
 
 
 def _resume_folder(overrides: list[str], multirun: bool) -> Path | None:

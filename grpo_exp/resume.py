@@ -54,7 +54,6 @@ class ResumePoint:
     """Where a resumed job starts: a checkpoint (None: step 0) and what was already recorded."""
 
     checkpoint: Any | None  # checkpoints.Checkpoint; typed loosely so this module stays free of torch
-    logged_until: int  # the last step in metrics.jsonl before the stop: W&B has every step up to it
     run_info: dict[str, Any]
 
     @property
@@ -145,11 +144,10 @@ def resume_point(job_dir: Path) -> ResumePoint:
     from grpo_exp import checkpoints
 
     checkpoint = checkpoints.latest(job_dir, set_aside=True)
-    rows = _metric_steps(job_dir / METRICS_FILE)
     run_info = _read_json(job_dir / RUN_INFO_FILE)
     if checkpoint is None:
         log.warning("no usable checkpoint in %s: training starts again from step 0", job_dir)
-    return ResumePoint(checkpoint, max(rows, default=0), run_info)
+    return ResumePoint(checkpoint, run_info)
 
 
 def rewind_metrics(path: Path, step: int) -> None:
@@ -165,12 +163,6 @@ def _read_json(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-
-
-def _metric_steps(path: Path) -> list[int]:
-    if not path.is_file():
-        return []
-    return [s for line in path.read_text(encoding="utf-8").splitlines() if (s := _row_step(line)) < _TORN]
 
 
 _TORN = 1 << 62  # the step given to a line cut short by a kill: never kept

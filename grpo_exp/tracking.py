@@ -107,15 +107,12 @@ def wandb_run(
     config: dict[str, Any],
     output_dir: Path,
     run_id: str | None = None,
-    resumed_from: int = 0,
 ) -> Iterator[Any | None]:
     """An active W&B run for the job (None when tracking is off); finished, or failed, on exit.
 
     ``config`` (the resolved job config) is nested under ``grpo_exp`` so the TrainingArguments that
     transformers writes at the top level can't clash with it; the overrides sit beside it. With
-    ``run_id`` (a job resumed at step ``resumed_from``) the same run continues; offline, W&B starts
-    a second ``offline-run-*`` folder with the same id, whose steps must follow the first one's for
-    ``wandb sync`` to keep them.
+    ``run_id`` (a resumed job) the same run continues (see ``continue_history``).
     """
     mode = resolve_mode(settings)
     if mode == "disabled":
@@ -123,9 +120,6 @@ def wandb_run(
         return
     import wandb
 
-    from grpo_exp import wandb_offline
-
-    last_offline_step = wandb_offline.last_step(output_dir) if run_id and mode == "offline" else None
     run = wandb.init(
         project=settings.project,
         entity=settings.entity,
@@ -141,9 +135,6 @@ def wandb_run(
         reinit="finish_previous",
         settings=wandb.Settings(quiet=True),
     )
-    if run_id:  # a row that marks the resume, and (offline) moves W&B's step past the earlier rows
-        step = None if last_offline_step is None else last_offline_step + 1
-        run.log({"resume/from_step": resumed_from}, step=step)
     log.info("W&B run %r: %s", run.name, view_hint(run, mode, output_dir))
     try:
         yield run
@@ -151,6 +142,30 @@ def wandb_run(
         run.finish(exit_code=getattr(exc, "exit_code", 1))  # a clean stop keeps its own code (130, 143)
         raise
     run.finish()
+
+
+def continue_history(run: Any, mode: str, output_dir: Path, resumed_from: int, rows: list[dict[str, Any]]) -> int:
+    """Join a resumed job's W&B history to the stopped run's; returns the last training step W&B holds.
+
+    W&B keeps one row per step and drops steps below the highest it holds. Offline, W&B counts
+    again from 0 in the new ``offline-run-*`` folder, so the first row is placed after the earlier
+    folders' last one. Steps up to the checkpoint that W&B never received (a kill loses the last
+    rows in flight) are sent from ``metrics.jsonl`` (``rows``); steps after it that W&B already
+    holds are not sent again (``ResumedWandbCallback``).
+    """
+    from grpo_exp import wandb_offline
+
+    if mode == "offline":
+        last_row, sent = wandb_offline.progress(output_dir)
+        step = None if last_row is None else last_row + 1
+    else:
+        sent, step = run.summary.get("train/global_step"), None
+    sent = int(sent or 0)
+    run.log({"resume/from_step": resumed_from}, step=step)
+    for row in rows:
+        if sent < row["step"] <= resumed_from:
+            run.log({**{f"train/{k}": v for k, v in row.items() if k != "step"}, "train/global_step": row["step"]})
+    return max(sent, resumed_from)
 
 
 def view_hint(run: Any, mode: str, output_dir: Path) -> str:

@@ -27,7 +27,7 @@ from grpo_exp.outcome import format_outcome
 from grpo_exp.resume import RUN_INFO_FILE, ResumePoint, rewind_metrics
 from grpo_exp.rewards.compose import build_rewards
 from grpo_exp.stops import JobStopped, StopRequest
-from grpo_exp.tracking import RunIdentity, resolve_mode, view_hint, wandb_run
+from grpo_exp.tracking import RunIdentity, continue_history, resolve_mode, view_hint, wandb_run
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +62,13 @@ def train(
     stop = StopRequest()
     hint = None
     run_id = run_info.get("wandb", {}).get("id")
-    resumed_from = resume_point.step if resume_point else 0
-    with wandb_run(logger, identity, {**resolved, "provenance": record}, output_dir, run_id, resumed_from) as run:
+    with wandb_run(logger, identity, {**resolved, "provenance": record}, output_dir, run_id) as run:
         if primary:
             _write_run_info(output_dir, run_info, record, run, resume_point)
+        sent_step = 0
+        if run is not None and resume_point:
+            rows = read_metrics(output_dir / METRICS_FILE)
+            sent_step = continue_history(run, resolve_mode(logger), output_dir, resume_point.step, rows)
         hint = view_hint(run, resolve_mode(logger), output_dir) if run is not None else None
         try:
             trainer = build_trainer(
@@ -74,7 +77,7 @@ def train(
                 monitor,
                 run,
                 stop=stop,
-                wandb_sent_step=resume_point.logged_until if resume_point else 0,
+                wandb_sent_step=sent_step,
             )
             outcome["startup_s"] = round(time.perf_counter() - started, 2)
             checkpoint = resume_point and resume_point.checkpoint

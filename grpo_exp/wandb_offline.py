@@ -1,8 +1,8 @@
 """Reading W&B's offline run files, which ``wandb.Api`` can't open.
 
 A resumed offline run starts W&B's step counter at 0 in a new ``offline-run-*`` folder; ``wandb
-sync`` would then drop its rows as older than the ones already there. Reading the earlier folders'
-last step lets the resumed run continue after it.
+sync`` would then drop its rows as older than the ones already there. Reading the earlier folders
+tells the resumed run where W&B's steps and the training steps it received stopped.
 
 A ``.wandb`` file is a 7-byte header (``:W&B``, magic, version) followed by LevelDB-style log
 blocks of 32 KiB, each record a 7-byte header (crc32, length, type) and a chunk of a serialized
@@ -47,18 +47,26 @@ def records(path: Path) -> Iterator[Any]:
             yield record
 
 
-def last_step(job_dir: Path) -> int | None:
-    """The highest history step in the job's offline W&B runs (None when there are none)."""
-    steps = [
-        history_step(record.history)
-        for path in job_dir.glob("wandb/offline-run-*/*.wandb")
-        for record in records(path)
-        if record.WhichOneof("record_type") == "history"
-    ]
-    return max(steps, default=None)
+def progress(job_dir: Path) -> tuple[int | None, int]:
+    """Over the job's offline W&B runs: the highest W&B step, and the last training step logged."""
+    last_row, trained = None, 0
+    for path in job_dir.glob("wandb/offline-run-*/*.wandb"):
+        for record in records(path):
+            if record.WhichOneof("record_type") != "history":
+                continue
+            items = {item_key(item): item.value_json for item in record.history.item}
+            last_row = max(last_row or 0, history_step(record.history))
+            if "train/reward" in items:
+                trained = max(trained, int(float(items["train/global_step"])))
+    return last_row, trained
 
 
 def history_step(history: Any) -> int:
     """A history row's step: an ``_step`` item when W&B counted it, the record's own when given to ``log``."""
-    explicit = [int(item.value_json) for item in history.item if item.key == "_step"]
+    explicit = [int(item.value_json) for item in history.item if item_key(item) == "_step"]
     return explicit[0] if explicit else int(history.step.num)
+
+
+def item_key(item: Any) -> str:
+    """A history or config item's key (wandb-core writes it as a one-part ``nested_key``)."""
+    return item.key or "/".join(item.nested_key)

@@ -19,7 +19,7 @@ import pytest
 
 from grpo_exp import checkpoints
 from grpo_exp.metrics import read_metrics
-from grpo_exp.wandb_offline import history_step, records
+from grpo_exp.wandb_offline import history_step, item_key, records
 from tests.conftest import ROOT
 from tests.wandb_records import read_run
 
@@ -58,7 +58,7 @@ def wandb_history(job: Path) -> list[tuple[list[int], list[int]]]:
     files = []
     for path in sorted(job.glob("wandb/offline-run-*/*.wandb")):
         rows = [record.history for record in records(path) if record.WhichOneof("record_type") == "history"]
-        items = [{item.key: item.value_json for item in row.item} for row in rows]
+        items = [{item_key(item): item.value_json for item in row.item} for row in rows]
         trained = [int(r["train/global_step"]) for r in items if "train/reward" in r]
         files.append(([history_step(row) for row in rows], trained))
     return files
