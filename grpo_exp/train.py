@@ -1,8 +1,10 @@
 """One GRPO job: model, prompts and rewards from the config into TRL's GRPOTrainer, results on disk.
 
 Writes to the job folder: ``config.yaml`` (the config as run, derived values included),
-``metrics.jsonl`` (every logged step), ``summary.json`` (also when the job fails), ``model/``
-(final weights or LoRA adapter), and the W&B run (``wandb/`` when offline).
+``metrics.jsonl`` (every logged step), ``summary.json`` (also when the job fails or stops),
+``run_info.json`` (provenance, the W&B run id, resumes), ``checkpoint-<step>/`` (sealed, see
+``checkpoints``), ``model/`` (final weights or LoRA adapter), and the W&B run (``wandb/`` offline).
+A resumed job (``resume.ResumePoint``) continues all of these where its checkpoint left them.
 """
 
 from __future__ import annotations
@@ -209,9 +211,16 @@ def _scheduler(opt: OptimizerSettings) -> str:
 
 
 def _quiet_library_noise() -> None:
-    """TRL toggles gradient checkpointing around generation through calls transformers 5 deprecates,
-    warning on every step; nothing a user can act on."""
+    """Library messages nobody can act on.
+
+    TRL toggles gradient checkpointing around generation through calls transformers 5 deprecates,
+    warning on every step."""
     warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.*deprecated", category=FutureWarning)
+    # Resuming a model with tied embeddings: transformers reports the tied lm_head as "missing"
+    # from the checkpoint, then ties it; nothing is missing.
+    logging.getLogger("transformers.trainer").addFilter(
+        lambda record: "checkpoint model loaded: ['lm_head.weight']" not in record.getMessage()
+    )
 
 
 def _summary(
