@@ -120,6 +120,9 @@ def run_job(cfg: DictConfig) -> float:
         return train(plan.settings, output_dir, identity_from_hydra(), plan.point)
     except JobStopped as stop:
         where = f"checkpoint {stop.checkpoint}" if stop.checkpoint else "no checkpoint (grpo.save_steps=0)"
+        if stop.handover:  # pre-empted under submitit: its handler requeues the job, which resumes
+            log.warning("pre-empted at step %d, %s; the launcher requeues the job", stop.step, where)
+            stop.handover()
         log.warning("stopped at step %d, %s; resume with: %s", stop.step, where, resume_command(output_dir))
         sys.exit(stop.exit_code)
     except KeyboardInterrupt:

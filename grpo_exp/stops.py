@@ -1,23 +1,31 @@
-"""Clean stops: Ctrl-C (SIGINT) or SIGTERM finishes the current step, checkpoints, and stops.
+"""Clean stops: Ctrl-C (SIGINT), SIGTERM or a launcher's pre-emption signal finishes the step and checkpoints.
 
 A long run on a shared GPU is stopped by people (Ctrl-C), by schedulers (SIGTERM before a kill) and
-by pre-emption. The first signal only raises a flag; ``StopCallback`` sees it at the end of the
-step and asks the trainer to save a checkpoint and stop, so the job ends with its model, summary
-and W&B run in order. A second signal stops at once (``KeyboardInterrupt``, still without a
-traceback on the console).
+by pre-emption. The first signal only raises a flag; ``callbacks.StopCallback`` sees it at the end
+of the step and asks the trainer to save a checkpoint and stop, so the job ends with its model,
+summary and W&B run in order. A second signal stops at once (``KeyboardInterrupt``, still without
+a traceback on the console).
+
+Under submitit (``+launcher=slurm``), the pre-emption signal (SIGUSR2 unless
+``SUBMITIT_PREEMPT_SIGNAL`` says otherwise) is submitit's cue to requeue the job. It is caught the
+same way, and once the checkpoint is saved, submitit's own handler is called (``handover``): it
+requeues the job, which then resumes (``resume=auto``) from that checkpoint.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 log = logging.getLogger("grpo_exp")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+PREEMPTION_SIGNAL = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), signal.SIGUSR2)
 
 
 class StopRequest:
@@ -25,6 +33,7 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
 
     @property
     def exit_code(self) -> int:
@@ -33,16 +42,26 @@ class StopRequest:
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[StopRequest]:
-        """Catch SIGINT/SIGTERM while training; handlers can only be set from the main thread."""
+        """Catch the stop signals while training; handlers can only be set from the main thread."""
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
+        watched = list(SIGNALS)
+        if callable(signal.getsignal(PREEMPTION_SIGNAL)):  # a launcher (submitit) listens for it
+            watched.append(PREEMPTION_SIGNAL)
+        self.previous = {s: signal.signal(s, self._handle) for s in watched}
         try:
             yield self
         finally:
-            for signum, handler in previous.items():
+            for signum, handler in self.previous.items():
                 signal.signal(signum, handler)
+
+    def handover(self) -> Callable[[], None] | None:
+        """The launcher's own handler for the signal that stopped the job (submitit's requeue), if any."""
+        handler = self.previous.get(self.signum) if self.signum is not None else None
+        if self.signum != PREEMPTION_SIGNAL or not callable(handler):
+            return None
+        return lambda: handler(self.signum, None)
 
     def _handle(self, signum: int, frame: object) -> None:
         if self.signum is not None:
@@ -57,6 +76,8 @@ class StopRequest:
 class JobStopped(Exception):
     """Raised after a clean stop, once everything is saved; the job exits with ``exit_code``."""
 
-    def __init__(self, exit_code: int, step: int, checkpoint: str | None) -> None:
+    def __init__(
+        self, exit_code: int, step: int, checkpoint: str | None, handover: Callable[[], None] | None = None
+    ) -> None:
         super().__init__(f"stopped at step {step}")
-        self.exit_code, self.step, self.checkpoint = exit_code, step, checkpoint
+        self.exit_code, self.step, self.checkpoint, self.handover = exit_code, step, checkpoint, handover

@@ -101,7 +101,7 @@ def train(
             if run is not None:
                 run.mark_preempting()
             latest = checkpoints.latest(output_dir)
-            raise JobStopped(stop.exit_code, summary["steps"], str(latest.path) if latest else None)
+            raise JobStopped(stop.exit_code, summary["steps"], str(latest.path) if latest else None, stop.handover())
     if primary:
         print(format_outcome(summary, output_dir, hint, None), flush=True)
     objective = summary.get(settings.objective)

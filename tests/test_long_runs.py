@@ -72,7 +72,7 @@ def test_killed_run_resumes_every_step_once_into_the_same_wandb_run(tmp_path):
     wait_for(lambda: second.is_file() and last_step(job) >= 9, process)
     process.kill()  # SIGKILL, as the OOM killer does: no chance to save anything more
     process.wait()
-    killed_at = last_step(job)
+    assert last_step(job) > 8, "killed after steps beyond the checkpoint, which must be trained again"
 
     resumed = run(f"resume={job}")
 
@@ -174,3 +174,32 @@ def test_same_seed_same_rewards_and_a_reproducibility_record(tmp_path):
     assert {"torch", "transformers", "trl", "peft", "hydra-core", "wandb"} <= set(record["packages"])
     assert len(record["git"]["commit"]) == 40 and isinstance(record["git"]["dirty"], bool)
     assert "grpo.max_steps=3" in record["command"]
+
+
+def submitit_task(sweep_dir: Path) -> int | None:
+    """The pid of the process submitit's local executor runs the job in, once it has started."""
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if proc.name.isdigit() and "submitit.core._submit" in command and str(sweep_dir) in command:
+            return int(proc.name)
+    return None
+
+
+def test_preempted_submitit_job_checkpoints_is_requeued_and_resumes(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    command = ("hydra/launcher=submitit_local", "resume=auto", "grpo.max_steps=10", "grpo.save_steps=100")
+    process = start(*command, "logger=none", "save_model=false", f"hydra.sweep.dir={sweep_dir}", multirun=True)
+    job = sweep_dir / "0"
+    wait_for(lambda: last_step(job) >= 3 and submitit_task(sweep_dir), process)
+    os.kill(submitit_task(sweep_dir), signal.SIGUSR2)  # what SLURM sends before a time limit or pre-emption
+    _, err = process.communicate(timeout=WAIT_S)
+
+    assert process.returncode == 0, err[-3000:]
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["resumed_from"] >= 3
+    assert [r["step"] for r in read_metrics(job / "metrics.jsonl")] == list(range(1, 11))
+    logs = "".join(p.read_text() for p in sweep_dir.glob(".submitit/*/*.err"))
+    assert "pre-empted at step" in logs and "Requeued job" in logs
