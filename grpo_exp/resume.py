@@ -42,6 +42,7 @@ ADJUSTABLE = (
     "grpo.num_train_epochs",
     "grpo.save_steps",
     "grpo.save_total_limit",
+    "logger",
     "logger.mode",
     "save_model",
     "threads",
