@@ -66,7 +66,7 @@ def build_trainer(settings: ExperimentConfig, output_dir: Path, monitor: HealthM
     from transformers.trainer_callback import ProgressCallback
     from trl import GRPOTrainer
 
-    from grpo_exp.callbacks import JobCallback, SignalProgress
+    from grpo_exp.trainer_callbacks import JobCallback, SignalProgress
 
     _quiet_library_noise()
     datasets.disable_progress_bars()  # the prompt set maps in milliseconds; its bars would only clutter

@@ -111,7 +111,7 @@ def test_wandb_mode_follows_login_and_environment(monkeypatch, mode, env, netrc_
 def test_a_nan_loss_stops_the_job_after_recording_the_step(tmp_path):
     from types import SimpleNamespace
 
-    from grpo_exp.callbacks import JobCallback
+    from grpo_exp.trainer_callbacks import JobCallback
     from grpo_exp.errors import UserError
 
     callback = JobCallback(tmp_path / "metrics.jsonl", HealthMonitor(MonitorSettings()), run=None)
