@@ -19,8 +19,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from grpo_exp.config import register_schema, to_settings
+from grpo_exp.config import register_schema
 from grpo_exp.errors import UserError, describe_failure
+from grpo_exp.settings import to_settings
 from grpo_exp.tracking import identity_from_hydra
 from grpo_exp.validate import validate
 

@@ -17,8 +17,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep, Override
 from omegaconf import DictConfig
 
-from grpo_exp.config import register_schema, to_settings
-from grpo_exp.errors import UserError, describe_config_error
+from grpo_exp.config import register_schema
+from grpo_exp.config_errors import describe_config_error
+from grpo_exp.errors import UserError
+from grpo_exp.settings import to_settings
 from grpo_exp.validate import validate
 
 # Beyond this many combinations only the first are checked, so checking stays well under a minute.
