@@ -19,15 +19,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from grpo_exp.config import register_schema
+from grpo_exp import preflight as preflight_checks
+from grpo_exp.config import CONF_DIR, register_schema
 from grpo_exp.errors import UserError, describe_failure
-from grpo_exp.settings import to_settings
+from grpo_exp.preflight import checked_job
 from grpo_exp.tracking import identity_from_hydra
-from grpo_exp.validate import validate
 
 log = logging.getLogger("grpo_exp")
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 EXIT_USER_ERROR = 2
 EXIT_FAILED = 1
 # Hydra's own flags that only print something; they need no checking.
@@ -43,10 +42,8 @@ def preflight(argv: list[str]) -> None:
     if any(getattr(args, flag, None) for flag in _PRINT_ONLY) or args.config_dir or args.experimental_rerun:
         return
     config_dir = CONF_DIR.parent / args.config_path if args.config_path else CONF_DIR
-    from grpo_exp.preflight import check_command
-
     try:
-        check_command(config_dir, args.config_name or "config", args.overrides, args.multirun)
+        preflight_checks.check_command(config_dir, args.config_name or "config", args.overrides, args.multirun)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
@@ -58,12 +55,12 @@ def run_job(cfg: DictConfig) -> float:
     output_dir = Path(hydra_cfg.runtime.output_dir)
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     try:
-        settings = to_settings(cfg)
-        for warning in validate(settings):
+        settings, checked = checked_job(cfg)
+        for warning in checked.warnings:
             log.warning(warning)
         from grpo_exp.train import train
 
-        return train(settings, output_dir, identity_from_hydra())
+        return train(settings, output_dir, identity_from_hydra(), checked)
     except Exception as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

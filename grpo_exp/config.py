@@ -2,17 +2,25 @@
 
 Hydra merges the YAML files of conf/ into these dataclasses, so a misspelt key or a value of the
 wrong type fails at compose time, naming the key. Defaults and their documentation live in conf/;
-the defaults here only make the schema complete. Nothing here imports torch or trl.
+the defaults here only make the schema complete. Nothing here imports torch or trl. Fields with
+a fixed set of values are enums, so a bad value fails with the list of valid ones.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from grpo_exp.metrics import OBJECTIVES
+from grpo_exp.trl_schema import TrlGrpoFields
+
+# Where the config groups live (their YAML holds the defaults and documents every key).
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 # Slips users copy from the article (and other GRPO write-ups) mapped to our keys.
 KEY_ALIASES: dict[str, str] = {
     "num_generation": "num_generations",
@@ -114,31 +122,23 @@ class OptimizerSettings:
     adam_beta2: float = 0.999
 
 
+class HoldFixed(StrEnum):
+    """What a sweep over group sizes keeps equal per step (the batch follows the group size)."""
+
+    none = "none"
+    prompts = "prompts"
+    completions = "completions"
+
+
 @dataclass
-class GrpoSettings:
-    num_generations: int = 6
-    per_device_train_batch_size: int = 12
-    hold_fixed: str = "none"
+class GrpoSettings(TrlGrpoFields):
+    """All of TRL's GRPOConfig (generated, trl_schema.py) plus how this project sizes the batch."""
+
+    per_device_train_batch_size: int | None = None  # None: derived from hold_fixed (batch.py)
+    hold_fixed: HoldFixed = HoldFixed.prompts
     prompts_per_step: int = 2
     completions_per_step: int = 12
-    max_completion_length: int = 256
-    temperature: float = 1.0
-    top_p: float = 1.0
-    beta: float = 0.04
-    epsilon: float = 0.2
-    loss_type: str = "dapo"
-    scale_rewards: str = "group"
-    num_iterations: int = 1
-    num_train_epochs: float = 1.0
-    max_steps: int = -1
-    logging_steps: int = 1
-    save_steps: int = 0
-    use_vllm: bool = False
-    vllm_mode: str = "colocate"
-    vllm_gpu_memory_utilization: float = 0.3
-    mask_truncated_completions: bool = False
-    log_completions: bool = False
-    gradient_checkpointing: bool = True
+    print_completions: bool = False
 
 
 @dataclass
@@ -151,16 +151,37 @@ class MonitorSettings:
     window: int = 10
 
 
+class LoggerBackend(StrEnum):
+    wandb = "wandb"
+    none = "none"
+
+
+class LoggerMode(StrEnum):
+    auto = "auto"
+    online = "online"
+    offline = "offline"
+    disabled = "disabled"
+
+
 @dataclass
 class LoggerSettings:
-    backend: str = "wandb"
+    backend: LoggerBackend = LoggerBackend.wandb
     project: str = "grpo-exp"
     entity: str | None = None
-    mode: str = "auto"
+    mode: LoggerMode = LoggerMode.auto
     group: str | None = None
     name: str | None = None
     tags: list[str] = field(default_factory=list)
     job_type: str = "train"
+
+
+class Device(StrEnum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+Objective = StrEnum("Objective", {name: name for name in OBJECTIVES})
 
 
 @dataclass
@@ -173,10 +194,10 @@ class ExperimentConfig:
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
     logger: LoggerSettings = field(default_factory=LoggerSettings)
     seed: int = 42
-    device: str = "auto"
+    device: Device = Device.auto
     threads: int | None = None
     save_model: bool = True
-    objective: str = "final_reward"
+    objective: Objective = Objective["final_reward"]
 
 
 def register_schema() -> None:

@@ -1,4 +1,4 @@
-"""The composed config as typed settings: interpolations resolved, reward parts checked, batch derived.
+"""The composed config as typed settings: interpolations resolved, unknown keys refused, reward parts checked.
 
 Kept apart from the schema (config.py) so the schema imports nothing of ours and the error
 descriptions (config_errors.py) can read it without an import cycle.
@@ -6,19 +6,21 @@ descriptions (config_errors.py) can read it without an import cycle.
 
 from __future__ import annotations
 
-from dataclasses import fields
+import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import hardware
 from grpo_exp.config import ExperimentConfig, RewardPart
-from grpo_exp.config_errors import describe_config_error
+from grpo_exp.config_errors import describe_config_error, unknown_key_message
 from grpo_exp.errors import UserError
 
 
 def to_settings(cfg: DictConfig) -> ExperimentConfig:
-    """The composed config as typed dataclasses, interpolations resolved; a UserError if it can't be."""
+    """The composed config as typed dataclasses; a one-line UserError if it can't be."""
+    for key in unknown_keys(cfg):
+        raise UserError(unknown_key_message(key))
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise UserError(f"{missing[0]} is required: add {missing[0]}=<value>")
@@ -28,46 +30,27 @@ def to_settings(cfg: DictConfig) -> ExperimentConfig:
     except Exception as exc:  # OmegaConf's errors name the key; make them one line
         raise UserError(describe_config_error(exc)) from None
     settings.reward.parts = {name: _reward_part(name, node) for name, node in cfg.reward.parts.items()}
-    derive_batch_size(settings)
     return settings
 
 
-def derive_batch_size(settings: ExperimentConfig) -> None:
-    """Set the per-device batch from ``grpo.hold_fixed`` so group sizes compare at equal budgets.
-
-    ``prompts``: every job sees ``prompts_per_step`` prompts per step, whatever its group size;
-    ``completions``: every job generates ``completions_per_step`` completions per step.
-    """
-    grpo, accumulation = settings.grpo, settings.optimizer.gradient_accumulation_steps
-    if grpo.hold_fixed == "none":
+def unknown_keys(node: DictConfig, prefix: str = "") -> Iterator[str]:
+    """Keys a ``+key=`` or ``++key=`` override slipped past the schema (OmegaConf would drop them silently)."""
+    schema = OmegaConf.get_type(node)
+    if not dataclasses.is_dataclass(schema):
         return
-    group = grpo.num_generations
-    if grpo.hold_fixed == "prompts":
-        completions = grpo.prompts_per_step * group
-    elif grpo.hold_fixed == "completions":
-        completions = grpo.completions_per_step
-        if completions % group:
-            fits = [g for g in range(2, completions + 1) if completions % g == 0]
-            raise UserError(
-                f"grpo.hold_fixed=completions: {completions} completions per step don't split into groups of "
-                f"grpo.num_generations={group}; group sizes that fit: {', '.join(map(str, fits))}"
-            )
-    else:
-        raise UserError(f"grpo.hold_fixed={grpo.hold_fixed} is not one of none, prompts, completions")
-    share = accumulation * hardware.world_size()
-    if completions % share:
-        raise UserError(
-            f"grpo.hold_fixed={grpo.hold_fixed}: {completions} completions per step don't split evenly over "
-            f"optimizer.gradient_accumulation_steps x processes = {share}"
-        )
-    grpo.per_device_train_batch_size = completions // share
+    names = {f.name for f in dataclasses.fields(schema)}
+    for key in node:
+        if key not in names:
+            yield f"{prefix}{key}"
+        elif isinstance(child := node._get_node(key), DictConfig) and not child._is_missing() and not child._is_none():
+            yield from unknown_keys(child, f"{prefix}{key}.")
 
 
 def _reward_part(name: str, node: Any) -> RewardPart:
     try:
         part = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RewardPart), node))
     except Exception as exc:
-        keys = ", ".join(f.name for f in fields(RewardPart))
+        keys = ", ".join(f.name for f in dataclasses.fields(RewardPart))
         raise UserError(f"reward.parts.{name}: {describe_config_error(exc)} (a part has: {keys})") from None
     assert isinstance(part, RewardPart)
     return part

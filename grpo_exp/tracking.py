@@ -126,7 +126,7 @@ def wandb_run(
         dir=str(output_dir),
         mode=mode,
         reinit="finish_previous",
-        settings=wandb.Settings(quiet=True),
+        settings=wandb.Settings(silent=True),  # its banners repeat what the line below says
     )
     if mode == "offline":
         log.info("W&B run %r saved offline; upload it with: wandb sync %s", run.name, Path(run.dir).parent)
