@@ -1,4 +1,5 @@
-"""TRL's GRPOTrainer with a quieter console: completions tables only when asked, no model card.
+"""TRL's GRPOTrainer with a quieter console: completions tables only when asked, no model card, no
+library progress bars beside the training bar.
 
 TRL prints a rich table of sampled completions on every logging step whenever ``log_completions``
 is on (hundreds of lines for a short run), though the same table also goes to W&B; and it writes a
@@ -24,6 +25,10 @@ class JobTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         self.print_completions = print_completions
 
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        with library_bars_off():  # checkpoints would each draw "Writing model shards" bars
+            return super().train(*args, **kwargs)
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.print_completions or not self.log_completions:
             return super().log(logs, start_time)
@@ -45,8 +50,8 @@ def _no_print(*args: Any, **kwargs: Any) -> None:
 
 
 @contextlib.contextmanager
-def loading_bars_off() -> Iterator[None]:
-    """No transformers/hub progress bars inside the block (the training bar comes later, unaffected)."""
+def library_bars_off() -> Iterator[None]:
+    """No transformers/hub progress bars (loading, saving) inside the block; the training bar is not one of them."""
     was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:

@@ -71,7 +71,7 @@ def build_trainer(settings: ExperimentConfig, output_dir: Path, monitor: HealthM
     from transformers import set_seed
     from transformers.trainer_callback import ProgressCallback
 
-    from grpo_exp.job_trainer import JobTrainer, loading_bars_off
+    from grpo_exp.job_trainer import JobTrainer, library_bars_off
     from grpo_exp.trainer_callbacks import JobCallback, SignalProgress
 
     _quiet_library_noise()
@@ -85,7 +85,7 @@ def build_trainer(settings: ExperimentConfig, output_dir: Path, monitor: HealthM
     path = models.model_path(settings.model)
     model, tokenizer = models.load(settings.model, path, gpu)
     dataset = data.load_prompts(settings.dataset, tokenizer)
-    with loading_bars_off():  # the reference model would repeat the policy's "Loading weights" bar
+    with library_bars_off():  # the reference model would repeat the policy's "Loading weights" bar
         trainer = JobTrainer(
             model=model,
             processing_class=tokenizer,
