@@ -19,11 +19,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from grpo_exp import preflight as preflight_checks
 from grpo_exp.config import CONF_DIR, register_schema
 from grpo_exp.errors import UserError, describe_failure
-from grpo_exp.preflight import checked_job
-from grpo_exp.tracking import identity_from_hydra
 
 log = logging.getLogger("grpo_exp")
 
@@ -42,8 +39,10 @@ def preflight(argv: list[str]) -> None:
     if any(getattr(args, flag, None) for flag in _PRINT_ONLY) or args.config_dir or args.experimental_rerun:
         return
     config_dir = CONF_DIR.parent / args.config_path if args.config_path else CONF_DIR
+    from grpo_exp.preflight import check_command  # not needed by --help and --cfg, which return above
+
     try:
-        preflight_checks.check_command(config_dir, args.config_name or "config", args.overrides, args.multirun)
+        check_command(config_dir, args.config_name or "config", args.overrides, args.multirun)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
@@ -54,6 +53,9 @@ def run_job(cfg: DictConfig) -> float:
     hydra_cfg = HydraConfig.get()
     output_dir = Path(hydra_cfg.runtime.output_dir)
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
+    from grpo_exp.preflight import checked_job
+    from grpo_exp.tracking import identity_from_hydra
+
     try:
         settings, checked = checked_job(cfg)
         for warning in checked.warnings:

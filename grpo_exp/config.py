@@ -130,7 +130,7 @@ class HoldFixed(StrEnum):
     completions = "completions"
 
 
-@dataclass
+@dataclass(repr=False, eq=False)  # with 180 fields these two would only slow every start-up
 class GrpoSettings(TrlGrpoFields):
     """All of TRL's GRPOConfig (generated, trl_schema.py) plus how this project sizes the batch."""
 
