@@ -1,4 +1,4 @@
-"""A sweep on disk, read into jobs, configurations and objective grids for the report (``grpo_exp.compare``).
+"""A sweep on disk, read into jobs, configurations and objective grids for the report (``grpo_exp.report.compare``).
 
 A sweep folder (``outputs/multirun/<date>/<time>/``) holds ``multirun.yaml`` (the sweeper's settings,
 Optuna's ``direction`` among them) and one folder per job, ``0/``, ``1/``, ...; a single run folder
