@@ -21,16 +21,14 @@ from typing import Any
 
 from grpo_exp.errors import UserError
 from grpo_exp.metrics import SUMMARY_FILE
+from grpo_exp.report.jobs import FAILED, INCOMPLETE, Job
 from grpo_exp.report.sweep import (
     DEFAULT_OBJECTIVE,
     DEFAULT_VALUE,
-    FAILED,
-    INCOMPLETE,
     REPORT_DIR,
     SEED_KEY,
     Cell,
     Group,
-    Job,
     Sweep,
     format_value,
     grid_axes,

@@ -19,7 +19,8 @@ import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from grpo_exp.report.sweep import Cell, Job, Sweep, format_value, grid_axes, group_jobs, is_grid, objective_grid
+from grpo_exp.report.jobs import Job
+from grpo_exp.report.sweep import Cell, Sweep, format_value, grid_axes, group_jobs, is_grid, objective_grid
 
 log = logging.getLogger(__name__)
 

@@ -1,40 +1,27 @@
-"""A sweep on disk, read into jobs, configurations and objective grids for the report (``grpo_exp.report.compare``).
+"""A sweep on disk, read into jobs (jobs.py), configurations and objective grids for the report.
 
 A sweep folder (``outputs/multirun/<date>/<time>/``) holds ``multirun.yaml`` (the sweeper's settings,
 Optuna's ``direction`` among them) and one folder per job, ``0/``, ``1/``, ...; a single run folder
-is read as a sweep of one job. A job folder holds ``summary.json`` when the job ended (its status,
-error and figures), ``metrics.jsonl`` (one line per logging step; a job killed hard leaves only this),
-``config.yaml`` (its alarm thresholds and ``objective``), ``.hydra/overrides.yaml`` (its swept values)
-and ``error.txt`` (the traceback of a failed job).
-
-Damaged or missing files become notes on their job (``Job.notes``), never a crash: figures come from
-``metrics.jsonl`` when ``summary.json`` is missing or torn, torn lines are skipped and counted, and default
-thresholds are assumed without a readable ``config.yaml``. Only a folder with no job at all raises
-``NothingToReport``.
+is read as a sweep of one job. Grouping and statistics run on pandas tables of the jobs' overrides
+and outcomes. Only a folder with no job at all raises ``NothingToReport``.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import statistics
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import yaml
-
-from grpo_exp.config import MonitorSettings
 from grpo_exp.errors import UserError
-from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE, read_metrics, summarize
+from grpo_exp.report.jobs import Job, finite, is_job, load_job, read_yaml
+
+if TYPE_CHECKING:  # pandas loads when a report is computed, not when the module is imported
+    import pandas as pd
 
 REPORT_DIR = "report"
-CONFIG_FILE = "config.yaml"
-ERROR_FILE = "error.txt"
-OVERRIDES_FILE = ".hydra/overrides.yaml"
-JOB_FILES = (SUMMARY_FILE, METRICS_FILE, CONFIG_FILE, ERROR_FILE, OVERRIDES_FILE)
 DEFAULT_OBJECTIVE = "final_reward"
 # Objectives where lower is better, unless told otherwise (--maximize) or the sweeper's direction says.
 MINIMIZED = frozenset(
@@ -43,16 +30,10 @@ MINIMIZED = frozenset(
 MULTIRUN_FILE = "multirun.yaml"
 # An axis with more distinct values than this (a search such as Optuna's) gets a scatter plot, not a grid.
 MAX_GRID_VALUES = 8
-DEFAULT_KL_THRESHOLD = MonitorSettings.kl_threshold
-DEFAULT_MIN_REWARD_STD = MonitorSettings.min_reward_std
 SEED_KEY = "seed"  # repeats of one configuration; averaged, not a configuration of its own
 GROUP_SIZE_KEY = "grpo.num_generations"
 LR_KEY = "optimizer.lr"
-COMPLETED, FAILED, INCOMPLETE = "completed", "failed", "incomplete"
 DEFAULT_VALUE = "(default)"  # a key that some jobs of the sweep did not override
-# A final reward within this of the run's peak counts as "at its best": homogeneous completions
-# there mean every one succeeded, which is not a collapse.
-AT_PEAK_TOLERANCE = 0.05
 
 
 class NothingToReport(UserError):
@@ -65,56 +46,6 @@ class Cell(NamedTuple):
     mean: float | None
     std: float | None
     n: int
-
-
-@dataclass
-class Job:
-    """One job folder, with whatever of its files could be read; ``notes`` say what could not."""
-
-    name: str
-    path: Path
-    status: str
-    stats: dict[str, Any]  # summary.json over summarize(metrics.jsonl)
-    rows: list[dict[str, Any]]
-    overrides: dict[str, Any]
-    kl_threshold: float = DEFAULT_KL_THRESHOLD
-    min_reward_std: float = DEFAULT_MIN_REWARD_STD
-    objective: str | None = None  # what the job returned to the sweeper (config key `objective`)
-    error: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def finished(self) -> bool:
-        return self.status == COMPLETED
-
-    def value(self, key: str) -> float | None:
-        """A numeric result, or None when the job has none (or a non-number) for it."""
-        v = self.stats.get(key)
-        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-        return float(v) if ok else None
-
-    def series(self, key: str) -> tuple[list[float], list[float]]:
-        """Steps and values of one logged metric, skipping the steps that lack it."""
-        points = [(r["step"], r[key]) for r in self.rows if _finite(r.get(key)) and _finite(r.get("step"))]
-        return [step for step, _ in points], [value for _, value in points]
-
-    @property
-    def kl_steps(self) -> int | None:
-        """Steps with KL above this job's threshold; None when it logged no KL."""
-        steps = self.value("steps_above_kl_threshold")
-        return None if steps is None else int(steps)
-
-    @property
-    def collapsed(self) -> bool | None:
-        """Reward std fell below the floor while the reward was still short of its peak.
-
-        Homogeneous completions before success leave GRPO nothing to compare, the article's warning;
-        None when the job logged too little to tell.
-        """
-        std, final, peak = self.value("final_reward_std"), self.value("final_reward"), self.value("peak_reward")
-        if std is None or final is None or peak is None:
-            return None
-        return std < self.min_reward_std and final < peak - AT_PEAK_TOLERANCE
 
 
 @dataclass
@@ -157,9 +88,14 @@ class Sweep:
 
     def stat(self, jobs: Iterable[Job]) -> Cell:
         """The objective over the completed jobs among ``jobs``; failed and partial runs would skew it."""
-        values = [v for job in jobs if job.finished and (v := job.value(self.objective)) is not None]
-        mean = statistics.fmean(values) if values else None
-        return Cell(mean, statistics.stdev(values) if len(values) > 1 else None, len(values))
+        import pandas as pd
+
+        values = pd.Series([self.outcome(job) for job in jobs], dtype=float)
+        return _cell(values.agg(["mean", "std", "count"]))
+
+    def outcome(self, job: Job) -> float | None:
+        """The job's objective, or None when it did not complete (its partial figure would skew a mean)."""
+        return job.value(self.objective) if job.finished else None
 
 
 # ---------------------------------------------------------------------------------------- reading
@@ -195,66 +131,36 @@ def load_sweep(sweep_dir: Path, objective: str | None = None, maximize: bool | N
 
 def find_job_dirs(sweep_dir: Path) -> list[Path]:
     """Job subfolders in Hydra's order (0, 1, ..., 10); the folder itself when it is a single run."""
-    children = [p for p in sweep_dir.iterdir() if p.is_dir() and _is_job(p) and not _is_ours(p)]
+    children = [p for p in sweep_dir.iterdir() if p.is_dir() and is_job(p) and not _is_ours(p)]
     if children:
         return sorted(children, key=lambda p: (0, int(p.name), "") if p.name.isdigit() else (1, 0, p.name))
-    return [sweep_dir] if _is_job(sweep_dir) else []
-
-
-def load_job(path: Path) -> Job:
-    """One job folder; whatever is missing or damaged becomes a note, never an exception."""
-    notes: list[str] = []
-    config = _read_yaml(path / CONFIG_FILE)
-    if not isinstance(config, dict):
-        config = {}
-        notes.append(
-            f"no readable {CONFIG_FILE}: KL threshold {DEFAULT_KL_THRESHOLD:g} and "
-            f"minimum reward std {DEFAULT_MIN_REWARD_STD:g} assumed"
-        )
-    monitor = config.get("monitor") if isinstance(config.get("monitor"), dict) else {}
-    kl_threshold = float(monitor.get("kl_threshold", DEFAULT_KL_THRESHOLD))
-    rows = [row for row in read_metrics(path / METRICS_FILE) if _finite(row.get("step"))]
-    if torn := _torn_lines(path / METRICS_FILE):
-        notes.append(f"{torn} torn line(s) in {METRICS_FILE} skipped")
-    summary = _read_json(path / SUMMARY_FILE)
-    if summary is None and (path / SUMMARY_FILE).exists():
-        notes.append(f"{SUMMARY_FILE} is unreadable: figures come from {METRICS_FILE}")
-    stats = summarize(rows, kl_threshold) | {k: v for k, v in (summary or {}).items() if v is not None}
-    overrides = _read_overrides(path)
-    if overrides is None:
-        overrides = (summary or {}).get("overrides") or {}
-        source = f"taken from {SUMMARY_FILE}" if overrides else "unknown"
-        notes.append(f"no {OVERRIDES_FILE}: its swept values are {source}")
-    status = _status(path, summary)
-    error = (summary or {}).get("error") or (_last_line(path / ERROR_FILE) if status == FAILED else None)
-    return Job(
-        name=path.name,
-        path=path,
-        status=status,
-        stats=stats,
-        rows=rows,
-        overrides=overrides,
-        kl_threshold=kl_threshold,
-        min_reward_std=float(monitor.get("min_reward_std", DEFAULT_MIN_REWARD_STD)),
-        objective=config.get("objective") if isinstance(config.get("objective"), str) else None,
-        error=error,
-        notes=notes,
-    )
+    return [sweep_dir] if is_job(sweep_dir) else []
 
 
 def swept_keys(jobs: list[Job]) -> list[str]:
     """Override keys whose value differs between jobs (a key some jobs lack counts), in override order."""
     keys = list(dict.fromkeys(k for job in jobs for k in job.overrides))
-    return [k for k in keys if len({format_value(job.overrides.get(k, DEFAULT_VALUE)) for job in jobs}) > 1]
+    varying = override_table(jobs, keys).nunique()
+    return [k for k in keys if varying[k] > 1]
+
+
+def override_table(jobs: Sequence[Job], keys: list[str]) -> pd.DataFrame:
+    """One row per job, one column per key: its value as the report shows it (``(default)`` when not set)."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {k: [format_value(job.overrides.get(k, DEFAULT_VALUE)) for job in jobs] for k in keys}, index=range(len(jobs))
+    )
 
 
 def group_jobs(jobs: Iterable[Job], keys: list[str]) -> list[Group]:
     """Jobs grouped by their values of ``keys``, groups in order of first appearance."""
-    groups: dict[tuple[str, ...], Group] = {}
-    for job in jobs:
-        values = tuple(job.overrides.get(k, DEFAULT_VALUE) for k in keys)
-        groups.setdefault(tuple(map(format_value, values)), Group(values, [])).jobs.append(job)
-    return list(groups.values())
+    jobs = list(jobs)
+    if not keys:
+        return [Group((), jobs)] if jobs else []
+    groups = override_table(jobs, keys).groupby(keys, sort=False).indices.values()
+    members = sorted(([jobs[i] for i in rows] for rows in groups), key=lambda g: jobs.index(g[0]))
+    return [Group(tuple(g[0].overrides.get(k, DEFAULT_VALUE) for k in keys), g) for g in members]
 
 
 def format_value(value: Any) -> str:
@@ -270,14 +176,10 @@ def _common(values: set[str | None]) -> str | None:
 
 def _sweeper_maximizes(sweep_dir: Path) -> bool | None:
     """The direction an optimizing sweeper (Optuna) was given, from multirun.yaml; None for a grid."""
-    saved = _read_yaml(sweep_dir / MULTIRUN_FILE)
+    saved = read_yaml(sweep_dir / MULTIRUN_FILE)
     sweeper = saved.get("hydra", {}).get("sweeper", {}) if isinstance(saved, dict) else {}
     direction = sweeper.get("direction") if isinstance(sweeper, dict) else None
     return {"maximize": True, "minimize": False}.get(str(direction).lower()) if direction else None
-
-
-def _is_job(path: Path) -> bool:
-    return any((path / name).is_file() for name in JOB_FILES)
 
 
 def _is_ours(path: Path) -> bool:
@@ -291,76 +193,6 @@ def _where_jobs_are(path: Path) -> str:
     if inner:
         return f": it holds sweeps or runs, pass one of them, e.g. {inner[-1]}"
     return ": expected a sweep folder (0/, 1/, ... from `python run.py -m`) or a run folder with summary.json"
-
-
-def _status(path: Path, summary: dict[str, Any] | None) -> str:
-    if summary is None:
-        return INCOMPLETE  # killed hard (OOM killer, SLURM timeout) or still running
-    return str(summary.get("status") or (FAILED if (path / ERROR_FILE).is_file() else COMPLETED))
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _torn_lines(path: Path) -> int:
-    """Lines of metrics.jsonl that aren't JSON (read_metrics skips them; the report says so)."""
-    if not path.is_file():
-        return 0
-    torn = 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            json.loads(line)
-        except json.JSONDecodeError:
-            torn += bool(line.strip())
-    return torn
-
-
-def _last_line(path: Path) -> str | None:
-    """A traceback's last line names the exception: the one-line error of a job without summary."""
-    try:
-        lines = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
-    except OSError:
-        return None
-    return next((line for line in reversed(lines) if line), None)
-
-
-def _read_overrides(path: Path) -> dict[str, Any] | None:
-    lines = _read_yaml(path / OVERRIDES_FILE)
-    if not isinstance(lines, list):
-        return None
-    pairs = (_parse_override(str(line)) for line in lines)
-    return {key: value for key, value in pairs if not key.startswith("hydra.")}
-
-
-@functools.cache
-def _override_parser():
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    return OverridesParser.create()
-
-
-def _parse_override(text: str) -> tuple[str, Any]:
-    """Hydra's parser types the value as the job saw it (``1e-3`` is a float); a plain split if it can't."""
-    from hydra.errors import HydraException
-
-    try:
-        override = _override_parser().parse_override(text)
-        return override.key_or_group, override.value()
-    except HydraException:
-        key, _, value = text.lstrip("+~").partition("=")
-        return key, value
 
 
 def _rank(sweep: Sweep, job: Job) -> tuple[bool, bool, float]:
@@ -387,14 +219,27 @@ def objective_grid(
     With seeds repeated a cell holds their mean and sample std; failed and incomplete jobs are left
     out of the numbers (a cell with none completed has mean None). Without ``y_key`` y is [None].
     """
-    groups = group_jobs(sweep.jobs, [x_key] if y_key is None else [x_key, y_key])
+    keys = [x_key] if y_key is None else [x_key, y_key]
+    groups = group_jobs(sweep.jobs, keys)
     xs = _sorted_values(g.values[0] for g in groups)
     ys = [None] if y_key is None else _sorted_values(g.values[1] for g in groups)
+    table = override_table(sweep.jobs, keys).assign(value=[sweep.outcome(job) for job in sweep.jobs])
+    table["value"] = table["value"].astype(float)
+    stats = table.groupby(keys, sort=False)["value"].agg(["mean", "std", "count"])
     cells = {}
-    for group in groups:
-        y = 0 if y_key is None else _index(ys, group.values[1])
-        cells[(_index(xs, group.values[0]), y)] = sweep.stat(group.jobs)
+    for index, row in stats.iterrows():
+        x, y = (index, None) if y_key is None else index
+        cells[(_index(xs, x), 0 if y_key is None else _index(ys, y))] = _cell(row)
     return xs, ys, cells
+
+
+def _cell(stats: pd.Series) -> Cell:
+    """A Cell from pandas' mean, std and count (NaN, as pandas gives for no value or one, becomes None)."""
+    n = int(stats["count"])
+    mean, std = (
+        None if n < need or math.isnan(stats[key]) else float(stats[key]) for key, need in (("mean", 1), ("std", 2))
+    )
+    return Cell(mean, std, n)
 
 
 def grid_axes(sweep: Sweep) -> list[str]:
@@ -414,12 +259,9 @@ def is_grid(sweep: Sweep, keys: list[str]) -> bool:
 def _sorted_values(values: Iterable[Any]) -> list[Any]:
     """Unique values, numbers in numeric order before anything else (e.g. ``(default)``)."""
     unique = {format_value(v): v for v in values}
-    return sorted(unique.values(), key=lambda v: (0, v, "") if _finite(v) else (1, 0, format_value(v)))
+    return sorted(unique.values(), key=lambda v: (0, v, "") if finite(v) else (1, 0, format_value(v)))
 
 
 def _index(values: list[Any], value: Any) -> int:
-    return [format_value(v) for v in values].index(format_value(value))
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """Where ``value`` (raw, or as the report shows it) sits in ``values``."""
+    return [format_value(v) for v in values].index(value if isinstance(value, str) else format_value(value))
