@@ -27,6 +27,7 @@ def default_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("default_run")
     result = run_training(out, f"grpo.max_steps={STEPS}")
     assert result.returncode == 0, result.stderr[-3000:]
+    (out.parent / "console.txt").write_text(result.stdout + result.stderr, encoding="utf-8")
     return out
 
 
@@ -48,6 +49,9 @@ def test_metrics_hold_reward_std_and_kl_every_step(default_run):
 def test_offline_wandb_run_is_in_the_job_folder(default_run):
     runs = list((default_run / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
+    console = (default_run.parent / "console.txt").read_text(encoding="utf-8")
+    assert [line for line in console.splitlines() if line.startswith("wandb:")] == [], "W&B's own banners"
+    assert console.count("W&B run ") == 1, "our one line says where the run is"
     assert list(runs[0].glob("*.wandb")), "the run's data file"
 
 
