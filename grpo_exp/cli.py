@@ -21,15 +21,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from grpo_exp import resume as resume_rules
-from grpo_exp.config import register_schema, to_settings
+from grpo_exp.config import CONF_DIR, register_schema
 from grpo_exp.errors import UserError, describe_failure
 from grpo_exp.stops import JobStopped
-from grpo_exp.tracking import identity_from_hydra
-from grpo_exp.validate import validate
 
 log = logging.getLogger("grpo_exp")
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 EXIT_USER_ERROR = 2
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
@@ -49,7 +46,7 @@ def preflight(argv: list[str]) -> list[str]:
     if any(getattr(args, flag, None) for flag in _PRINT_ONLY) or args.config_dir or args.experimental_rerun:
         return argv
     config_dir = CONF_DIR.parent / args.config_path if args.config_path else CONF_DIR
-    from grpo_exp.preflight import check_command
+    from grpo_exp.preflight import check_command  # not needed by --help and --cfg, which return above
 
     try:
         resume_to = _resume_folder(args.overrides, args.multirun)
@@ -99,6 +96,8 @@ def _resume_folder(overrides: list[str], multirun: bool) -> Path | None:
         raise UserError(f"resume={resume} writes into that folder; leave out hydra.run.dir")
     resume_rules.check_folder(folder)
     resume_rules.check_overrides(resume, overrides)
+    from grpo_exp.validate import validate
+
     validate(resume_rules.recorded_settings(folder, overrides))
     return folder
 
@@ -108,16 +107,26 @@ def run_job(cfg: DictConfig) -> float:
     hydra_cfg = HydraConfig.get()
     output_dir = Path(hydra_cfg.runtime.output_dir)
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
+    from grpo_exp.preflight import checked_job
+    from grpo_exp.tracking import identity_from_hydra
+    from grpo_exp.validate import validate
+
     try:
-        plan = resume_rules.plan(to_settings(cfg), output_dir, list(hydra_cfg.overrides.task))
+        overrides = list(hydra_cfg.overrides.task)
+        if resume_rules.is_folder(str(cfg.resume)):  # the run's recorded config, not this composition
+            settings = resume_rules.recorded_settings(output_dir, overrides)
+            checked = validate(settings)
+        else:
+            settings, checked = checked_job(cfg)
+        plan = resume_rules.plan(settings, output_dir)
         if plan.done is not None:
             log.info("%s completed its %s steps before; nothing to do", output_dir, plan.done.get("steps"))
-            return float(plan.done.get(plan.settings.objective) or math.nan)
-        for warning in validate(plan.settings):
+            return float(plan.done.get(str(settings.objective)) or math.nan)
+        for warning in checked.warnings:
             log.warning(warning)
         from grpo_exp.train import train
 
-        return train(plan.settings, output_dir, identity_from_hydra(), plan.point)
+        return train(settings, output_dir, identity_from_hydra(), checked, plan.point)
     except JobStopped as stop:
         where = f"checkpoint {stop.checkpoint}" if stop.checkpoint else "no checkpoint (grpo.save_steps=0)"
         if stop.handover:  # pre-empted under submitit: its handler requeues the job, which resumes

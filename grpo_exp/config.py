@@ -2,20 +2,25 @@
 
 Hydra merges the YAML files of conf/ into these dataclasses, so a misspelt key or a value of the
 wrong type fails at compose time, naming the key. Defaults and their documentation live in conf/;
-the defaults here only make the schema complete. Nothing here imports torch or trl.
+the defaults here only make the schema complete. Nothing here imports torch or trl. Fields with
+a fixed set of values are enums, so a bad value fails with the list of valid ones.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING
 
-from grpo_exp import hardware
-from grpo_exp.errors import UserError, describe_config_error
+from grpo_exp.metrics import OBJECTIVES
+from grpo_exp.trl_schema import TrlGrpoFields
 
+# Where the config groups live (their YAML holds the defaults and documents every key).
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 # Slips users copy from the article (and other GRPO write-ups) mapped to our keys.
 KEY_ALIASES: dict[str, str] = {
     "num_generation": "num_generations",
@@ -117,32 +122,23 @@ class OptimizerSettings:
     adam_beta2: float = 0.999
 
 
-@dataclass
-class GrpoSettings:
-    num_generations: int = 6
-    per_device_train_batch_size: int = 12
-    hold_fixed: str = "none"
+class HoldFixed(StrEnum):
+    """What a sweep over group sizes keeps equal per step (the batch follows the group size)."""
+
+    none = "none"
+    prompts = "prompts"
+    completions = "completions"
+
+
+@dataclass(repr=False, eq=False)  # with 180 fields these two would only slow every start-up
+class GrpoSettings(TrlGrpoFields):
+    """All of TRL's GRPOConfig (generated, trl_schema.py) plus how this project sizes the batch."""
+
+    per_device_train_batch_size: int | None = None  # None: derived from hold_fixed (batch.py)
+    hold_fixed: HoldFixed = HoldFixed.prompts
     prompts_per_step: int = 2
     completions_per_step: int = 12
-    max_completion_length: int = 256
-    temperature: float = 1.0
-    top_p: float = 1.0
-    beta: float = 0.04
-    epsilon: float = 0.2
-    loss_type: str = "dapo"
-    scale_rewards: str = "group"
-    num_iterations: int = 1
-    num_train_epochs: float = 1.0
-    max_steps: int = -1
-    logging_steps: int = 1
-    save_steps: int = 0
-    save_total_limit: int | None = 2
-    use_vllm: bool = False
-    vllm_mode: str = "colocate"
-    vllm_gpu_memory_utilization: float = 0.3
-    mask_truncated_completions: bool = False
-    log_completions: bool = False
-    gradient_checkpointing: bool = True
+    print_completions: bool = False
 
 
 @dataclass
@@ -155,16 +151,37 @@ class MonitorSettings:
     window: int = 10
 
 
+class LoggerBackend(StrEnum):
+    wandb = "wandb"
+    none = "none"
+
+
+class LoggerMode(StrEnum):
+    auto = "auto"
+    online = "online"
+    offline = "offline"
+    disabled = "disabled"
+
+
 @dataclass
 class LoggerSettings:
-    backend: str = "wandb"
+    backend: LoggerBackend = LoggerBackend.wandb
     project: str = "grpo-exp"
     entity: str | None = None
-    mode: str = "auto"
+    mode: LoggerMode = LoggerMode.auto
     group: str | None = None
     name: str | None = None
     tags: list[str] = field(default_factory=list)
     job_type: str = "train"
+
+
+class Device(StrEnum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+Objective = StrEnum("Objective", {name: name for name in OBJECTIVES})
 
 
 @dataclass
@@ -177,69 +194,13 @@ class ExperimentConfig:
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
     logger: LoggerSettings = field(default_factory=LoggerSettings)
     seed: int = 42
-    device: str = "auto"
+    device: Device = Device.auto
     threads: int | None = None
     save_model: bool = True
-    objective: str = "final_reward"
+    objective: Objective = Objective["final_reward"]
     resume: str = "never"
 
 
 def register_schema() -> None:
     """Make the schema available to conf/config.yaml as ``schema`` (idempotent)."""
     ConfigStore.instance().store(name="schema", node=ExperimentConfig)
-
-
-def to_settings(cfg: DictConfig) -> ExperimentConfig:
-    """The composed config as typed dataclasses, interpolations resolved; a UserError if it can't be."""
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        raise UserError(f"{missing[0]} is required: add {missing[0]}=<value>")
-    try:
-        settings = OmegaConf.to_object(cfg)
-        assert isinstance(settings, ExperimentConfig)
-    except Exception as exc:  # OmegaConf's errors name the key; make them one line
-        raise UserError(describe_config_error(exc)) from None
-    settings.reward.parts = {name: _reward_part(name, node) for name, node in cfg.reward.parts.items()}
-    derive_batch_size(settings)
-    return settings
-
-
-def derive_batch_size(settings: ExperimentConfig) -> None:
-    """Set the per-device batch from ``grpo.hold_fixed`` so group sizes compare at equal budgets.
-
-    ``prompts``: every job sees ``prompts_per_step`` prompts per step, whatever its group size;
-    ``completions``: every job generates ``completions_per_step`` completions per step.
-    """
-    grpo, accumulation = settings.grpo, settings.optimizer.gradient_accumulation_steps
-    if grpo.hold_fixed == "none":
-        return
-    group = grpo.num_generations
-    if grpo.hold_fixed == "prompts":
-        completions = grpo.prompts_per_step * group
-    elif grpo.hold_fixed == "completions":
-        completions = grpo.completions_per_step
-        if completions % group:
-            fits = [g for g in range(2, completions + 1) if completions % g == 0]
-            raise UserError(
-                f"grpo.hold_fixed=completions: {completions} completions per step don't split into groups of "
-                f"grpo.num_generations={group}; group sizes that fit: {', '.join(map(str, fits))}"
-            )
-    else:
-        raise UserError(f"grpo.hold_fixed={grpo.hold_fixed} is not one of none, prompts, completions")
-    share = accumulation * hardware.world_size()
-    if completions % share:
-        raise UserError(
-            f"grpo.hold_fixed={grpo.hold_fixed}: {completions} completions per step don't split evenly over "
-            f"optimizer.gradient_accumulation_steps x processes = {share}"
-        )
-    grpo.per_device_train_batch_size = completions // share
-
-
-def _reward_part(name: str, node: Any) -> RewardPart:
-    try:
-        part = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RewardPart), node))
-    except Exception as exc:
-        keys = ", ".join(f.name for f in fields(RewardPart))
-        raise UserError(f"reward.parts.{name}: {describe_config_error(exc)} (a part has: {keys})") from None
-    assert isinstance(part, RewardPart)
-    return part

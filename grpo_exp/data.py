@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Field names that usually hold the prompt, most likely first (for the hint when prompt_field is wrong).
+PROMPT_NAMES = ("question", "instruction", "query", "input", "problem", "messages", "text")
+
 LOADERS: Registry[Callable[[DatasetSettings], Dataset]] = Registry("dataset.source")
 
 
@@ -96,13 +99,13 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def check_dataset(cfg: DatasetSettings) -> None:
-    """Fail early, in one line, on a dataset the trainer could not use."""
+def check_dataset(cfg: DatasetSettings) -> set[str] | None:
+    """Fail early, in one line, on a dataset the trainer could not use; its columns (None: unknown yet)."""
     LOADERS.get(cfg.source)
     if cfg.source == "hub":
         if not cfg.name:
             raise UserError("dataset=hub needs a name: add dataset.name=<hub dataset>")
-        return
+        return None
     if cfg.source == "json":
         if not cfg.path:
             raise UserError("dataset=json needs a file: add dataset.path=prompts.json")
@@ -119,14 +122,25 @@ def check_dataset(cfg: DatasetSettings) -> None:
     lacking = [i for i, record in enumerate(records) if cfg.prompt_field not in record]
     if len(lacking) == len(records):
         fields = sorted(records[0])
-        close = difflib.get_close_matches(cfg.prompt_field, fields, n=1) or fields[:1]
-        hint = f"; if the prompts are in {close[0]!r}, add dataset.prompt_field={close[0]}" if close else ""
+        guess = _prompt_like(cfg.prompt_field, records[0])
+        hint = f"; if the prompts are in {guess!r}, add dataset.prompt_field={guess}" if guess else ""
         raise UserError(f"{path}: records have no {cfg.prompt_field!r} field (fields found: {fields}){hint}")
     if lacking:
         raise UserError(
             f"{path}: {len(lacking)} of {len(records)} records have no {cfg.prompt_field!r} field "
             f"(the first is record {lacking[0] + 1}); fix or remove them"
         )
+    return {"prompt", *(key for record in records for key in record)}
+
+
+def _prompt_like(wanted: str, record: dict[str, Any]) -> str | None:
+    """The field of ``record`` most likely to hold the prompt: a usual name, a near spelling, or the longest text."""
+    texts = {k: v for k, v in record.items() if isinstance(v, str | list)}
+    for name in (*PROMPT_NAMES, *difflib.get_close_matches(wanted, list(texts), n=1)):
+        if name in texts:
+            return name
+    strings = {k: len(v) for k, v in texts.items() if isinstance(v, str)}
+    return max(strings, key=strings.__getitem__) if strings else None
 
 
 def load_prompts(cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase) -> Dataset:

@@ -18,7 +18,7 @@ class SweepReport(Callback):
     """Compare the sweep's jobs (table, plots, verdict) into ``<sweep dir>/report/``."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from grpo_exp.compare import write_report
+        from grpo_exp.report.compare import write_report
 
         try:
             report = write_report(Path(config.hydra.sweep.dir))

@@ -32,15 +32,24 @@ class HealthMonitor:
         self.first_reward: float | None = None
         self.best_reward: float | None = None
         self.alerts: list[Alert] = []
+        self.rewards_seen = 0
 
     def observe(self, step: int, logs: dict[str, float]) -> list[Alert]:
         means = {k: self._push(k, v) for k, v in logs.items() if isinstance(v, int | float)}
+        self.rewards_seen += "reward" in logs
         return self._raise(step, self._breaches({k: v for k, v in means.items() if v is not None}))
 
     def finish(self, step: int) -> list[Alert]:
-        """End-of-run check: a reward that barely moved gets the article's 'weak improvement' advice."""
+        """End-of-run check: a reward that barely moved gets the article's 'weak improvement' advice.
+
+        Judged only when the first and last windows do not overlap: on a shorter run they share steps,
+        so the "improvement" would be measured partly against itself.
+        """
         last = self._mean("reward")
-        if self.first_reward is None or last is None or last - self.first_reward >= self.settings.min_improvement:
+        too_short = self.rewards_seen < 2 * self.settings.window
+        if too_short or self.first_reward is None or last is None:
+            return []
+        if last - self.first_reward >= self.settings.min_improvement:
             return []
         advice = (
             f"mean reward moved only from {self.first_reward:.3f} to {last:.3f}: sharpen the reward's differences "

@@ -15,14 +15,21 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep, Override
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp.config import register_schema, to_settings
-from grpo_exp.errors import UserError, describe_config_error
-from grpo_exp.validate import validate
+from grpo_exp.config import ExperimentConfig, register_schema
+from grpo_exp.config_errors import describe_config_error
+from grpo_exp.errors import UserError
+from grpo_exp.settings import to_settings
+from grpo_exp.validate import Checked, validate
 
 # Beyond this many combinations only the first are checked, so checking stays well under a minute.
 MAX_CHECKED_JOBS = 64
+
+
+# Jobs checked here, by their composed config: a job Hydra then runs in this process reuses the
+# result, so it is validated (and its rewards built) once.
+_CHECKED: dict[str, tuple[ExperimentConfig, Checked]] = {}
 
 
 def check_command(config_dir: Path, config_name: str, overrides: Sequence[str], multirun: bool) -> None:
@@ -31,7 +38,16 @@ def check_command(config_dir: Path, config_name: str, overrides: Sequence[str], 
     with initialize_config_dir(config_dir=str(config_dir.resolve()), version_base="1.3"):
         jobs = list(job_overrides(config_name, overrides)) if multirun else [list(overrides)]
         for job in jobs[:MAX_CHECKED_JOBS]:
-            validate(to_settings(compose_job(config_name, job)))
+            checked_job(compose_job(config_name, job))
+
+
+def checked_job(cfg: DictConfig) -> tuple[ExperimentConfig, Checked]:
+    """The typed, validated settings of a composed job; computed once per job and process."""
+    key = OmegaConf.to_yaml(cfg)
+    if key not in _CHECKED:
+        settings = to_settings(cfg)
+        _CHECKED[key] = (settings, validate(settings))
+    return _CHECKED[key]
 
 
 def compose_job(config_name: str, overrides: Sequence[str], with_hydra: bool = False) -> DictConfig:

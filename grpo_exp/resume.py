@@ -26,9 +26,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from grpo_exp.config import ExperimentConfig, to_settings
+from grpo_exp.config import ExperimentConfig
 from grpo_exp.errors import UserError
 from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE
+from grpo_exp.settings import to_settings
 
 log = logging.getLogger("grpo_exp")
 
@@ -71,19 +72,20 @@ class Plan:
     done: dict[str, Any] | None = None  # the summary of a run that already completed
 
 
-def plan(settings: ExperimentConfig, job_dir: Path, overrides: Sequence[str]) -> Plan:
-    """Decide, before anything heavy loads, whether this job starts, continues, or is already done."""
+def plan(settings: ExperimentConfig, job_dir: Path) -> Plan:
+    """Decide, before anything heavy loads, whether this job starts, continues, or is already done.
+
+    ``settings`` are the job's validated settings: for ``resume=<folder>``, that folder's recorded ones.
+    """
     if settings.resume == NEVER:
         if holds_run(job_dir):
             raise UserError(
                 f"{job_dir} already holds a run; continue it with resume={job_dir}, or give another hydra.run.dir"
             )
         return Plan(settings)
-    if is_folder(settings.resume):
-        settings = recorded_settings(job_dir, overrides)
-    elif not holds_run(job_dir):
+    if settings.resume == AUTO and not holds_run(job_dir):
         return Plan(settings)  # auto, and this job never ran: start it
-    elif changed := differences(recorded_settings(job_dir), settings):
+    if settings.resume == AUTO and (changed := differences(recorded_settings(job_dir), settings)):
         raise UserError(
             f"resume=auto: {job_dir} holds a run with another config ({', '.join(changed[:4])} differ); "
             "resume it with the same settings, or give a new hydra.sweep.dir (hydra.run.dir)"

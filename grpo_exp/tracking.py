@@ -133,7 +133,7 @@ def wandb_run(
         id=run_id,
         resume="allow" if run_id else None,
         reinit="finish_previous",
-        settings=wandb.Settings(quiet=True),
+        settings=wandb.Settings(silent=True),  # its banners repeat what the line below says
     )
     log.info("W&B run %r: %s", run.name, view_hint(run, mode, output_dir))
     try:

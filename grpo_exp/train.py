@@ -10,6 +10,7 @@ A resumed job (``resume.ResumePoint``) continues all of these where its checkpoi
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import logging
 import time
@@ -27,20 +28,27 @@ from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE, read_metrics, summarize
 from grpo_exp.monitor import HealthMonitor
 from grpo_exp.outcome import format_outcome
 from grpo_exp.resume import RUN_INFO_FILE, ResumePoint, rewind_metrics
-from grpo_exp.rewards.compose import build_rewards
 from grpo_exp.stops import JobStopped, StopRequest
 from grpo_exp.tracking import RunIdentity, continue_history, resolve_mode, view_hint, wandb_run
+from grpo_exp.trl_schema import TrlGrpoFields
+from grpo_exp.validate import Checked, validate
 
 log = logging.getLogger(__name__)
 
 
 def train(
-    settings: ExperimentConfig, output_dir: Path, identity: RunIdentity, resume_point: ResumePoint | None = None
+    settings: ExperimentConfig,
+    output_dir: Path,
+    identity: RunIdentity,
+    checked: Checked | None = None,
+    resume_point: ResumePoint | None = None,
 ) -> float:
     """Run the job (or continue it from ``resume_point``); returns its ``objective`` (NaN when there is none).
 
-    Raises ``JobStopped`` after a clean stop (SIGINT/SIGTERM), once the checkpoint, model and summary are saved.
+    ``checked`` is what validation built (the reward functions); without it the job validates here.
+    Raises ``JobStopped`` after a clean stop (a signal), once the checkpoint, model and summary are saved.
     """
+    checked = checked or validate(settings)
     started = time.perf_counter()
     primary = hardware.is_primary_process()  # with several processes, one logs and writes files
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -73,14 +81,7 @@ def train(
             sent_step = continue_history(run, resolve_mode(logger), output_dir, resume_point.step, rows)
         hint = view_hint(run, resolve_mode(logger), output_dir) if run is not None else None
         try:
-            trainer = build_trainer(
-                settings,
-                output_dir,
-                monitor,
-                run,
-                stop=stop,
-                wandb_sent_step=sent_step,
-            )
+            trainer = build_trainer(settings, output_dir, monitor, run, checked, stop=stop, wandb_sent_step=sent_step)
             outcome["startup_s"] = round(time.perf_counter() - started, 2)
             checkpoint = resume_point and resume_point.checkpoint
             with stop.listening():
@@ -113,6 +114,7 @@ def build_trainer(
     output_dir: Path,
     monitor: HealthMonitor,
     run: Any,
+    checked: Checked,
     stop: StopRequest | None = None,
     wandb_sent_step: int = 0,
 ):
@@ -121,9 +123,9 @@ def build_trainer(
     from transformers import set_seed
     from transformers.integrations import WandbCallback
     from transformers.trainer_callback import ProgressCallback
-    from trl import GRPOTrainer
 
-    from grpo_exp.callbacks import JobCallback, ResumedWandbCallback, SignalProgress, StopCallback
+    from grpo_exp.job_trainer import JobTrainer, library_bars_off
+    from grpo_exp.trainer_callbacks import JobCallback, ResumedWandbCallback, SignalProgress, StopCallback
 
     _quiet_library_noise()
     datasets.disable_progress_bars()  # the prompt set maps in milliseconds; its bars would only clutter
@@ -136,20 +138,21 @@ def build_trainer(
     path = models.model_path(settings.model)
     model, tokenizer = models.load(settings.model, path, gpu)
     dataset = data.load_prompts(settings.dataset, tokenizer)
-    reward_funcs, weights = build_rewards(settings.reward)
-    trainer = GRPOTrainer(
-        model=model,
-        processing_class=tokenizer,
-        reward_funcs=reward_funcs,
-        args=grpo_config(settings, output_dir, weights, gpu, report_to_wandb=run is not None),
-        train_dataset=dataset,
-        peft_config=models.lora_config(settings.model),
-        callbacks=[
-            JobCallback(output_dir / METRICS_FILE, monitor, run),
-            CheckpointSeal(monitor),
-            StopCallback(stop or StopRequest()),
-        ],
-    )
+    with library_bars_off():  # the reference model would repeat the policy's "Loading weights" bar
+        trainer = JobTrainer(
+            model=model,
+            processing_class=tokenizer,
+            reward_funcs=checked.rewards,
+            args=grpo_config(settings, output_dir, checked.weights, gpu, report_to_wandb=run is not None),
+            train_dataset=dataset,
+            peft_config=models.lora_config(settings.model),
+            callbacks=[
+                JobCallback(output_dir / METRICS_FILE, monitor, run),
+                CheckpointSeal(monitor),
+                StopCallback(stop or StopRequest()),
+            ],
+            print_completions=settings.grpo.print_completions,
+        )
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(SignalProgress())
     if run is not None and wandb_sent_step:
@@ -159,17 +162,18 @@ def build_trainer(
 
 
 def grpo_config(settings: ExperimentConfig, output_dir: Path, weights: list[float], gpu: bool, report_to_wandb: bool):
-    """TRL's GRPOConfig from our config groups; on CPU: use_cpu, no bf16, no vLLM."""
+    """TRL's GRPOConfig: every field of the ``grpo`` group as is, plus what other groups and the job set."""
     from trl import GRPOConfig
 
     g, opt = settings.grpo, settings.optimizer
-    return GRPOConfig(
+    fields = {f.name: _plain(getattr(g, f.name)) for f in dataclasses.fields(TrlGrpoFields)}
+    fields.update(
         output_dir=str(output_dir),
         seed=settings.seed,
         use_cpu=not gpu,
-        bf16=gpu,
+        bf16=gpu if g.bf16 is None else g.bf16,
         report_to=["wandb"] if report_to_wandb else "none",
-        disable_tqdm=False,
+        disable_tqdm=False if g.disable_tqdm is None else g.disable_tqdm,
         learning_rate=opt.lr,
         optim=opt.name,
         weight_decay=opt.weight_decay,
@@ -179,30 +183,18 @@ def grpo_config(settings: ExperimentConfig, output_dir: Path, weights: list[floa
         gradient_accumulation_steps=opt.gradient_accumulation_steps,
         adam_beta1=opt.adam_beta1,
         adam_beta2=opt.adam_beta2,
-        num_generations=g.num_generations,
-        per_device_train_batch_size=g.per_device_train_batch_size,
-        max_completion_length=g.max_completion_length,
-        temperature=g.temperature,
-        top_p=g.top_p,
-        beta=g.beta,
-        epsilon=g.epsilon,
-        loss_type=g.loss_type,
-        scale_rewards=g.scale_rewards,
-        num_iterations=g.num_iterations,
-        num_train_epochs=g.num_train_epochs,
-        max_steps=g.max_steps,
-        logging_steps=g.logging_steps,
-        save_strategy="steps" if g.save_steps else "no",
+        # grpo.save_steps=0 (the default) means no checkpoints; TRL itself wants a positive interval.
+        save_strategy=_plain(g.save_strategy) if g.save_steps else "no",
         save_steps=g.save_steps or 1,
-        save_total_limit=g.save_total_limit,
         use_vllm=g.use_vllm and gpu,
-        vllm_mode=g.vllm_mode,
-        vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization,
-        mask_truncated_completions=g.mask_truncated_completions,
-        log_completions=g.log_completions,
-        gradient_checkpointing=g.gradient_checkpointing,
         reward_weights=weights,
     )
+    return GRPOConfig(**fields)
+
+
+def _plain(value: Any) -> Any:
+    """Schema values as TRL expects them: enum members as their strings."""
+    return value.value if isinstance(value, enum.Enum) else value
 
 
 def _scheduler(opt: OptimizerSettings) -> str:

@@ -1,102 +1,141 @@
 """Checks that run before anything heavy is imported, so bad input fails in well under a second.
 
-``validate`` raises a one-line ``UserError`` naming the problem and the fix, and returns the
-warnings worth showing (advice from the article that does not stop a run).
+``validate`` raises a one-line ``UserError`` naming the problem and the fix, sizes the batch, and
+returns the warnings worth showing (advice from the article that does not stop a run) with the
+reward functions it built, so a job builds them once. Choice fields need no check here: they are
+enums in the schema.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from operator import attrgetter
 
-from grpo_exp import data, hardware, models
+from grpo_exp import batch, data, hardware, models
 from grpo_exp.config import ExperimentConfig
 from grpo_exp.errors import UserError
-from grpo_exp.metrics import OBJECTIVES
 from grpo_exp.models import warmup
-from grpo_exp.rewards.compose import build_rewards
-
-# Values TRL 1.16 accepts for these GRPOConfig fields.
-LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo", "cispo", "sapo", "vespo", "luspo")
-SCALE_REWARDS = ("group", "batch", "none")
-VLLM_MODES = ("colocate", "server")
-DEVICES = ("auto", "cpu", "cuda")
-LOGGER_MODES = ("auto", "online", "offline", "disabled")
-LOGGER_BACKENDS = ("wandb", "none")
-# The article: groups below 4 leave too little diversity for the in-group comparison.
-MIN_ADVISED_GROUP = 4
-SUGGESTIONS = 3
+from grpo_exp.rewards.compose import WeightedReward, build_rewards, required_columns
 
 
-def validate(cfg: ExperimentConfig) -> list[str]:
-    """Raise ``UserError`` for a config that cannot run; return advice for one that can."""
-    _check_choices(cfg)
-    warnings = _check_batch(cfg)
+@dataclass(frozen=True)
+class Bound:
+    """An allowed interval; ``None`` ends are open-ended, ``*_open`` ends exclude the value."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def admits(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def __str__(self) -> str:
+        low = "-inf" if self.low is None else f"{self.low:g}"
+        high = "inf" if self.high is None else f"{self.high:g}"
+        opening = "(" if self.low_open or self.low is None else "["
+        closing = ")" if self.high_open or self.high is None else "]"
+        return f"{opening}{low}, {high}{closing}"
+
+
+POSITIVE = Bound(0, low_open=True)
+NON_NEGATIVE = Bound(0)
+AT_LEAST_ONE = Bound(1)
+SHARE = Bound(0, 1)
+# Where TRL, the optimiser or common sense bound a value (None values are skipped: "not set").
+RANGES: dict[str, Bound] = {
+    "seed": NON_NEGATIVE,
+    "threads": AT_LEAST_ONE,
+    "optimizer.lr": POSITIVE,
+    "optimizer.weight_decay": NON_NEGATIVE,
+    "optimizer.warmup_steps": NON_NEGATIVE,
+    "optimizer.max_grad_norm": NON_NEGATIVE,
+    "optimizer.gradient_accumulation_steps": AT_LEAST_ONE,
+    "optimizer.adam_beta1": Bound(0, 1, high_open=True),
+    "optimizer.adam_beta2": Bound(0, 1, high_open=True),
+    "grpo.prompts_per_step": AT_LEAST_ONE,
+    "grpo.completions_per_step": Bound(2),
+    "grpo.max_completion_length": AT_LEAST_ONE,
+    "grpo.temperature": POSITIVE,
+    "grpo.top_p": Bound(0, 1, low_open=True),
+    "grpo.top_k": NON_NEGATIVE,
+    "grpo.min_p": SHARE,
+    "grpo.repetition_penalty": POSITIVE,
+    "grpo.beta": NON_NEGATIVE,
+    "grpo.epsilon": POSITIVE,
+    "grpo.epsilon_high": POSITIVE,
+    "grpo.delta": POSITIVE,
+    "grpo.num_iterations": AT_LEAST_ONE,
+    "grpo.num_train_epochs": POSITIVE,
+    "grpo.logging_steps": POSITIVE,
+    "grpo.save_steps": NON_NEGATIVE,
+    "grpo.save_total_limit": AT_LEAST_ONE,
+    "grpo.steps_per_generation": AT_LEAST_ONE,
+    "grpo.generation_batch_size": AT_LEAST_ONE,
+    "grpo.vllm_gpu_memory_utilization": Bound(0, 1, low_open=True),
+    "grpo.ref_model_mixup_alpha": SHARE,
+    "grpo.ref_model_sync_steps": AT_LEAST_ONE,
+    "grpo.top_entropy_quantile": SHARE,
+    "grpo.num_completions_to_print": NON_NEGATIVE,
+    "dataset.max_prompt_tokens": AT_LEAST_ONE,
+    "dataset.num_samples": AT_LEAST_ONE,
+    "model.lora.r": AT_LEAST_ONE,
+    "model.lora.dropout": Bound(0, 1, high_open=True),
+    "monitor.kl_threshold": NON_NEGATIVE,
+    "monitor.min_reward_std": NON_NEGATIVE,
+    "monitor.max_zero_std_fraction": SHARE,
+    "monitor.min_improvement": NON_NEGATIVE,
+    "monitor.window": AT_LEAST_ONE,
+}
+
+
+@dataclass
+class Checked:
+    """What validation found: advice to show, and the reward functions it built (the job reuses them)."""
+
+    warnings: list[str]
+    rewards: list[WeightedReward]
+    weights: list[float]
+
+
+def validate(cfg: ExperimentConfig) -> Checked:
+    """Raise ``UserError`` for a config that cannot run; size the batch; return advice and the rewards."""
+    _check_ranges(cfg)
+    warnings = batch.size_batch(cfg)
     warnings += _check_hardware(cfg)
     _check_model(cfg)
-    data.check_dataset(cfg.dataset)
-    build_rewards(cfg.reward)
-    return warnings
+    columns = data.check_dataset(cfg.dataset)
+    rewards, weights = build_rewards(cfg.reward)
+    if columns is not None:
+        _check_columns(rewards, columns, cfg.dataset.name or cfg.dataset.path)
+    return Checked(warnings, rewards, weights)
 
 
-def _check_choices(cfg: ExperimentConfig) -> None:
-    for key, value, allowed in (
-        ("grpo.loss_type", cfg.grpo.loss_type, LOSS_TYPES),
-        ("grpo.scale_rewards", cfg.grpo.scale_rewards, SCALE_REWARDS),
-        ("grpo.vllm_mode", cfg.grpo.vllm_mode, VLLM_MODES),
-        ("device", cfg.device, DEVICES),
-        ("logger.mode", cfg.logger.mode, LOGGER_MODES),
-        ("logger.backend", cfg.logger.backend, LOGGER_BACKENDS),
-        ("objective", cfg.objective, OBJECTIVES),
-    ):
-        if value not in allowed:
-            raise UserError(f"{key}={value} is not one of {', '.join(allowed)}")
-    for key, value in (
-        ("optimizer.lr", cfg.optimizer.lr),
-        ("grpo.temperature", cfg.grpo.temperature),
-        ("grpo.max_completion_length", cfg.grpo.max_completion_length),
-        ("grpo.per_device_train_batch_size", cfg.grpo.per_device_train_batch_size),
-        ("optimizer.gradient_accumulation_steps", cfg.optimizer.gradient_accumulation_steps),
-    ):
-        if not math.isfinite(value) or value <= 0:
-            raise UserError(f"{key}={value} must be a positive number")
-    if cfg.grpo.beta < 0:
-        raise UserError(f"grpo.beta={cfg.grpo.beta} must be >= 0 (0 turns the KL penalty and its metric off)")
-    if cfg.grpo.max_steps <= 0 and cfg.grpo.num_train_epochs <= 0:
-        raise UserError("set grpo.max_steps > 0 or grpo.num_train_epochs > 0, or nothing trains")
-
-
-def _check_batch(cfg: ExperimentConfig) -> list[str]:
-    group = cfg.grpo.num_generations
-    if group < 2:
-        raise UserError(f"grpo.num_generations={group}: GRPO compares completions within a group, use 4-8")
-    per_step = cfg.grpo.per_device_train_batch_size * cfg.optimizer.gradient_accumulation_steps
-    completions = per_step * hardware.world_size()
-    if completions % group:
+def _check_ranges(cfg: ExperimentConfig) -> None:
+    for key, bound in RANGES.items():
+        value = attrgetter(key)(cfg)
+        if value is not None and not bound.admits(value):
+            raise UserError(f"{key}={value} is out of range: it must lie in {bound}")
+    if cfg.grpo.max_steps == 0 or cfg.grpo.max_steps < -1:
         raise UserError(
-            f"each generation batch holds grpo.per_device_train_batch_size x "
-            f"optimizer.gradient_accumulation_steps x processes = {completions} completions, not a multiple "
-            f"of grpo.num_generations={group}: {_batch_fixes(cfg, completions)}"
+            f"grpo.max_steps={cfg.grpo.max_steps}: give a positive step count, or -1 to run grpo.num_train_epochs"
         )
-    if group < MIN_ADVISED_GROUP:
-        return [
-            f"grpo.num_generations={group} is below {MIN_ADVISED_GROUP}: groups this small leave too little "
-            "diversity to compare completions (the article advises 4-8)"
-        ]
-    return []
 
 
-def _batch_fixes(cfg: ExperimentConfig, completions: int) -> str:
-    """Nearby values that would work: batch sizes for this group size, group sizes for this batch."""
-    group = cfg.grpo.num_generations
-    others = completions // cfg.grpo.per_device_train_batch_size
-    step = group // math.gcd(group, others)
-    sizes = [step * k for k in range(1, SUGGESTIONS + 1)]
-    divisors = [g for g in range(2, completions + 1) if completions % g == 0]
-    groups = ([g for g in divisors if g >= MIN_ADVISED_GROUP] or divisors)[:SUGGESTIONS]
-    fix = f"use grpo.per_device_train_batch_size={' or '.join(map(str, sizes))}"
-    if groups:
-        fix += f", or grpo.num_generations={' or '.join(map(str, groups))}"
-    return fix
+def _check_columns(rewards: list[WeightedReward], columns: set[str], source: str | None) -> None:
+    """A reward naming a column the data lacks would fail only at its first call, after the model loads."""
+    for reward in rewards:
+        lacking = sorted(required_columns(reward) - columns)
+        if lacking:
+            raise UserError(
+                f"reward part {reward.__name__!r} ({reward.spec}) needs the column {lacking[0]!r}, which {source} "
+                f"lacks; its columns: {', '.join(sorted(columns))}"
+            )
 
 
 def _check_model(cfg: ExperimentConfig) -> None:

@@ -10,7 +10,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from grpo_exp.cli import CONF_DIR
-from grpo_exp.config import ExperimentConfig, register_schema, to_settings
+from grpo_exp.config import ExperimentConfig, register_schema
+from grpo_exp.settings import to_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp.compare import main, write_report
 from grpo_exp.metrics import summarize
-from grpo_exp.sweep_results import GROUP_SIZE_KEY, LR_KEY, MAX_GRID_VALUES, load_sweep, objective_grid
+from grpo_exp.report.compare import main, write_report
+from grpo_exp.report.sweep import GROUP_SIZE_KEY, LR_KEY, MAX_GRID_VALUES, load_sweep, objective_grid
 from tests.conftest import ROOT
 
 STEPS = 20
@@ -319,7 +319,7 @@ def test_cli_exits_2_with_one_line_when_there_is_nothing_to_report(tmp_path, cap
     assert main([str(tmp_path / "multirun" / "2026-11-29")]) == 2
     assert "18-00-00" in capsys.readouterr().err
     result = subprocess.run(
-        [sys.executable, "-m", "grpo_exp.compare", str(tmp_path / "missing")],
+        [sys.executable, "-m", "grpo_exp.report", str(tmp_path / "missing")],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -331,7 +331,7 @@ def test_cli_exits_2_with_one_line_when_there_is_nothing_to_report(tmp_path, cap
 def test_report_without_matplotlib_still_has_table_and_verdict(tmp_path, monkeypatch):
     write_job(tmp_path, "0", ["optimizer.lr=1e-3"], ramp(0.5), kls=[0.01] * STEPS)
     write_job(tmp_path, "1", ["optimizer.lr=1e-4"], ramp(0.4), kls=[0.01] * STEPS)
-    monkeypatch.setitem(sys.modules, "grpo_exp.report_plots", None)  # import fails as if matplotlib were missing
+    monkeypatch.setitem(sys.modules, "grpo_exp.report.plots", None)  # import fails as if matplotlib were missing
     report = write_report(tmp_path)
     assert [r["job"] for r in read_csv(report)] == ["0", "1"]
     assert "plots skipped" in section(report, "Notes") and "## Plots" not in report.read_text()
@@ -339,7 +339,7 @@ def test_report_without_matplotlib_still_has_table_and_verdict(tmp_path, monkeyp
 
 
 def test_importing_compare_loads_neither_matplotlib_nor_pandas():
-    code = "import sys, grpo_exp.compare; print(sorted({'matplotlib', 'pandas'} & set(sys.modules)))"
+    code = "import sys, grpo_exp.report.compare; print(sorted({'matplotlib', 'pandas'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "[]", result.stderr
 

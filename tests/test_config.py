@@ -67,7 +67,7 @@ def test_real_models_keep_the_articles_learning_rate(settings):
         ("grpo.lr=1e-5", "did you mean optimizer.lr?"),
         ("optimizer.learnig_rate=1e-5", "did you mean optimizer.lr?"),
         ("grpo.num_generations=abc", "grpo.num_generations: Value 'abc' of type 'str' could not be converted"),
-        ("model=tinyy", "no model config named 'tinyy'; available: codellama_7b_instruct, "),
+        ("model=tinyy", "no model config named 'tinyy'; did you mean model=tiny? available: codellama_7b_instruct, "),
         ("reward=custom", "reward.parts.main.fn is required"),
         ("+reward.parts.x={fn: a.b, wieght: 1}", "reward.parts.x: Key 'wieght' not in 'RewardPart'"),
     ],

@@ -111,8 +111,8 @@ def test_wandb_mode_follows_login_and_environment(monkeypatch, mode, env, netrc_
 def test_a_nan_loss_stops_the_job_after_recording_the_step(tmp_path):
     from types import SimpleNamespace
 
-    from grpo_exp.callbacks import JobCallback
     from grpo_exp.errors import UserError
+    from grpo_exp.trainer_callbacks import JobCallback
 
     callback = JobCallback(tmp_path / "metrics.jsonl", HealthMonitor(MonitorSettings()), run=None)
     state = SimpleNamespace(is_world_process_zero=True, global_step=7)

@@ -27,6 +27,7 @@ def default_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("default_run")
     result = run_training(out, f"grpo.max_steps={STEPS}")
     assert result.returncode == 0, result.stderr[-3000:]
+    (out.parent / "console.txt").write_text(result.stdout + result.stderr, encoding="utf-8")
     return out
 
 
@@ -48,6 +49,9 @@ def test_metrics_hold_reward_std_and_kl_every_step(default_run):
 def test_offline_wandb_run_is_in_the_job_folder(default_run):
     runs = list((default_run / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
+    console = (default_run.parent / "console.txt").read_text(encoding="utf-8")
+    assert [line for line in console.splitlines() if line.startswith("wandb:")] == [], "W&B's own banners"
+    assert console.count("W&B run ") == 1, "our one line says where the run is"
     assert list(runs[0].glob("*.wandb")), "the run's data file"
 
 
@@ -63,9 +67,13 @@ def test_a_reward_that_raises_fails_the_job_in_one_line_and_keeps_what_was_writt
     rewards.write_text("def explode(completions):\n    raise RuntimeError('reward server down')\n")
     out = tmp_path / "job"
     result = run_training(out, "grpo.max_steps=3", "reward=custom", f"reward.parts.main.fn={rewards}:explode")
-    assert result.returncode == 1
+    assert result.returncode == 2  # the user's reward failed: the same code as one returning a wrong count
     errors = [line for line in result.stderr.splitlines() if "[ERROR]" in line]
-    assert len(errors) == 1 and "RuntimeError: reward server down" in errors[0]
+    assert (
+        len(errors) == 1
+        and "reward part 'main'" in errors[0]
+        and "raised RuntimeError: reward server down" in errors[0]
+    )
     assert "Traceback" not in result.stderr
     assert "reward server down" in (out / "error.txt").read_text()
     summary = json.loads((out / "summary.json").read_text())
@@ -122,3 +130,17 @@ def test_the_default_run_meets_the_goal(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["first_reward"] < 0.2 and summary["final_reward"] > 0.8
+
+
+def test_console_stays_quiet_with_completions_logged_and_checkpoints_on(tmp_path):
+    out = tmp_path / "job"
+    overrides = ("grpo.max_steps=1", "grpo.log_completions=true", "grpo.save_steps=1", "logger=none")
+    result = run_training(out, *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    console = (result.stdout + result.stderr).replace("\r", "\n")
+    assert "Completion" not in console and "╭" not in console, "TRL's completions table went to the console"
+    assert console.count("Loading weights: 100%") <= 1, "the reference model repeated the policy's loading bar"
+    assert console.count("Writing model shards: 100%") <= 1, "checkpoints drew bars of their own"
+    assert list((out / "completions").glob("*.parquet")), "the completions are still recorded"
+    assert not (out / "README.md").exists(), "no hub model card linking to huggingface.co/None"
+    assert (out / "checkpoint-1").is_dir()

@@ -20,20 +20,40 @@ def fails(settings, *overrides: str) -> str:
 
 
 def test_defaults_are_valid_and_quiet(settings):
-    assert validate(settings()) == []
+    checked = validate(settings())
+    assert checked.warnings == [] and [r.__name__ for r in checked.rewards] == ["format"]
 
 
 def test_batch_not_a_multiple_of_the_group_says_which_values_work(settings):
-    message = fails(settings, "grpo.num_generations=5")
-    assert "12 completions, not a multiple of grpo.num_generations=5" in message
+    message = fails(settings, "grpo.num_generations=5", "grpo.per_device_train_batch_size=12")
+    assert "holds 12 completions" in message and "not a multiple of grpo.num_generations=5" in message
     assert "grpo.per_device_train_batch_size=5 or 10 or 15" in message
     assert "grpo.num_generations=4 or 6 or 12" in message
+    assert "grpo.hold_fixed=prompts" in message
+
+
+@pytest.mark.parametrize("group", [2, 4, 5, 6, 8])
+def test_any_group_size_gets_whole_groups_by_default(settings, group):
+    cfg = settings(f"grpo.num_generations={group}")
+    validate(cfg)
+    assert cfg.grpo.per_device_train_batch_size == cfg.grpo.prompts_per_step * group
+
+
+def test_hold_fixed_completions_and_none(settings):
+    cfg = settings("grpo.hold_fixed=completions", "grpo.num_generations=4")
+    validate(cfg)
+    assert cfg.grpo.per_device_train_batch_size == 12
+    assert "group sizes that fit: 2, 3, 4, 6, 12" in fails(
+        settings, "grpo.hold_fixed=completions", "grpo.num_generations=5"
+    )
+    assert "needs grpo.per_device_train_batch_size" in fails(settings, "grpo.hold_fixed=none")
 
 
 def test_gradient_accumulation_counts_towards_the_generation_batch(settings):
-    assert validate(settings("grpo.per_device_train_batch_size=3", "optimizer.gradient_accumulation_steps=2")) == []
+    checked = validate(settings("grpo.per_device_train_batch_size=3", "optimizer.gradient_accumulation_steps=2"))
+    assert checked.warnings == []
     message = fails(settings, "grpo.per_device_train_batch_size=4", "optimizer.gradient_accumulation_steps=2")
-    assert "= 8 completions" in message and "grpo.per_device_train_batch_size=3 or 6 or 9" in message
+    assert "holds 8 completions" in message and "grpo.per_device_train_batch_size=3 or 6 or 9" in message
 
 
 def test_group_of_one_is_an_error(settings):
@@ -41,13 +61,13 @@ def test_group_of_one_is_an_error(settings):
 
 
 def test_small_group_warns_with_the_articles_reason(settings):
-    warnings = validate(settings("grpo.num_generations=3"))
+    warnings = validate(settings("grpo.num_generations=3")).warnings
     assert len(warnings) == 1 and "below 4" in warnings[0] and "diversity" in warnings[0]
 
 
 def test_vllm_on_cpu_warns_and_4bit_on_cpu_fails(settings, monkeypatch):
     monkeypatch.setattr(hardware, "cuda_available", lambda: False)
-    assert "generating with transformers on this CPU" in validate(settings("grpo.use_vllm=true"))[0]
+    assert "generating with transformers on this CPU" in validate(settings("grpo.use_vllm=true")).warnings[0]
     assert "needs a CUDA GPU" in fails(settings, "model.quantization.load_in_4bit=true")
     assert "no CUDA GPU is visible" in fails(settings, "device=cuda")
 
@@ -97,14 +117,46 @@ def test_unknown_shipped_dataset_lists_the_shipped_ones(settings):
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("grpo.loss_type=ppo", "grpo.loss_type=ppo is not one of grpo, dapo"),
-        ("optimizer.lr=0", "optimizer.lr=0.0 must be a positive number"),
-        ("grpo.beta=-1", "grpo.beta=-1.0 must be >= 0"),
-        ("logger.mode=sometimes", "logger.mode=sometimes is not one of auto"),
+        ("optimizer.lr=0", "optimizer.lr=0.0 is out of range: it must lie in (0, inf)"),
+        ("grpo.beta=-1", "grpo.beta=-1.0 is out of range: it must lie in [0, inf)"),
+        ("grpo.top_p=1.5", "grpo.top_p=1.5 is out of range: it must lie in (0, 1]"),
+        ("grpo.max_steps=-5", "grpo.max_steps=-5: give a positive step count, or -1"),
+        ("grpo.max_steps=0", "grpo.max_steps=0: give a positive step count"),
+        ("monitor.max_zero_std_fraction=1.5", "must lie in [0, 1]"),
     ],
 )
 def test_out_of_range_values(settings, override, message):
     assert message in fails(settings, override)
+
+
+def test_every_range_names_a_real_key(settings):
+    from operator import attrgetter
+
+    from grpo_exp.validate import RANGES
+
+    cfg = settings()
+    for key in RANGES:
+        attrgetter(key)(cfg)  # AttributeError when a key was renamed or dropped
+
+
+def test_reward_columns_are_checked_against_the_data(settings, tmp_path):
+    message = fails(settings, "reward=customer_service_multi", "dataset=content_creation")
+    assert "reward part 'information' (answer_coverage) needs the column 'required_answers'" in message
+    assert "its columns: prompt, topic" in message
+    rewards = tmp_path / "needs_answer.py"
+    rewards.write_text("def f(prompts, completions, answer, **kwargs):\n    return [1.0] * len(completions)\n")
+    data = tmp_path / "qa.json"
+    data.write_text(json.dumps([{"prompt": "p", "solution": "s"}]))
+    overrides = ("reward=custom", f"reward.parts.main.fn={rewards}:f", "dataset=json", f"dataset.path={data}")
+    assert "needs the column 'answer'" in fails(settings, *overrides)
+    data.write_text(json.dumps([{"prompt": "p", "answer": "s"}]))
+    assert validate(settings(*overrides)).rewards[0].__name__ == "main"
+
+
+def test_prompt_field_hint_picks_the_prompt_like_field(settings, tmp_path):
+    data = tmp_path / "qa.jsonl"
+    data.write_text(json.dumps({"answer": "42", "question": "what is six times seven?"}) + "\n")
+    assert "add dataset.prompt_field=question" in fails(settings, "dataset=json", f"dataset.path={data}")
 
 
 def test_some_records_without_prompt_are_counted(settings, tmp_path):

@@ -9,6 +9,7 @@ tests), and checks what the function returns.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -16,6 +17,9 @@ from typing import Any
 from grpo_exp.config import RewardPart, RewardSettings
 from grpo_exp.errors import UserError
 from grpo_exp.rewards.user import CallStyle, resolve
+
+# Arguments TRL passes every reward function besides the dataset's columns.
+TRL_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra"})
 
 
 class WeightedReward:
@@ -39,19 +43,26 @@ class WeightedReward:
         state = kwargs.get("trainer_state")
         if state is not None and state.global_step < self.start_step:
             return [None] * len(completions)
-        if self.style is CallStyle.TRL:
-            scores = self.fn(prompts=prompts, completions=completions, **kwargs, **self.params)
-        elif self.style is CallStyle.ARTICLE:
-            scores = self.fn([completion_text(c) for c in completions])
-        else:
-            texts = [completion_text(c) for c in completions]
-            scores = self.fn(texts, prompts=prompts, **{**kwargs, **self.params})
+        try:
+            scores = self._score(prompts, completions, kwargs)
+        except UserError:
+            raise
+        except Exception as exc:  # the user's code failed: their input, so the same exit code as a bad return
+            raise UserError(f"reward part {self.__name__!r} ({self.spec}) raised {type(exc).__name__}: {exc}") from exc
         checked = self._checked(scores, len(completions))
         if self.scale_by is not None:
             factors = self.scale_by.scores_for(prompts, completions, **kwargs)
             checked = [s if s is None or f is None else s * f for s, f in zip(checked, factors, strict=True)]
         self._last = (completions, checked)
         return checked
+
+    def _score(self, prompts: list[Any], completions: list[Any], kwargs: dict[str, Any]) -> Any:
+        if self.style is CallStyle.TRL:
+            return self.fn(prompts=prompts, completions=completions, **kwargs, **self.params)
+        if self.style is CallStyle.ARTICLE:
+            return self.fn([completion_text(c) for c in completions])
+        texts = [completion_text(c) for c in completions]
+        return self.fn(texts, prompts=prompts, **{**kwargs, **self.params})
 
     def scores_for(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
         """This batch's scores: the ones just computed when TRL has already called this part, else fresh."""
@@ -72,6 +83,22 @@ class WeightedReward:
                 f"reward part {self.__name__!r} ({self.spec}) returned {len(values)} scores for {expected} completions"
             )
         return [None if v is not None and math.isnan(v) else v for v in values]
+
+
+def required_columns(reward: WeightedReward) -> set[str]:
+    """Dataset columns a reward cannot run without: its required named arguments that TRL does not
+    supply and no param fills, plus a ``column`` param's value (the built-in parts' way to name one)."""
+    if reward.style is CallStyle.ARTICLE:
+        return set()
+    params = inspect.signature(reward.fn).parameters.values()
+    named = {
+        p.name
+        for p in params
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is p.empty and p.name not in reward.params
+    }
+    supplied = TRL_ARGUMENTS | ({"completions"} if reward.style is CallStyle.BUILTIN else set())
+    column = reward.params.get("column")
+    return (named - supplied) | ({column} if isinstance(column, str) else set())
 
 
 def completion_text(completion: Any) -> str:

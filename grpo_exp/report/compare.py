@@ -1,10 +1,10 @@
 """Compare the jobs of a sweep: a ranked table, a few plots and a short verdict, from files on disk.
 
 Works offline on what the jobs left in ``outputs/multirun/<date>/<time>/<n>/`` (or in a single run
-folder), read by ``grpo_exp.sweep_results``; damaged or missing files become notes in the report,
+folder), read by ``grpo_exp.report.sweep``; damaged or missing files become notes in the report,
 never a crash.
 
-    python -m grpo_exp.compare outputs/multirun/2026-11-29/18-00-00 [--out DIR] [--objective final_reward]
+    python -m grpo_exp.report outputs/multirun/2026-11-29/18-00-00 [--out DIR] [--objective final_reward]
 
 writes ``report.md`` (verdict + table + plots), ``report.csv`` and ``*.png`` into ``<sweep>/report/``.
 """
@@ -21,16 +21,14 @@ from typing import Any
 
 from grpo_exp.errors import UserError
 from grpo_exp.metrics import SUMMARY_FILE
-from grpo_exp.sweep_results import (
+from grpo_exp.report.jobs import FAILED, INCOMPLETE, Job
+from grpo_exp.report.sweep import (
     DEFAULT_OBJECTIVE,
     DEFAULT_VALUE,
-    FAILED,
-    INCOMPLETE,
     REPORT_DIR,
     SEED_KEY,
     Cell,
     Group,
-    Job,
     Sweep,
     format_value,
     grid_axes,
@@ -298,7 +296,7 @@ def _grid_section(sweep: Sweep) -> list[str]:
 def _draw(sweep: Sweep, out_dir: Path, notes: list[str]) -> list[tuple[str, str]]:
     """The figures, when matplotlib is there; (title, file name) of those written."""
     try:
-        from grpo_exp.report_plots import draw_figures
+        from grpo_exp.report.plots import draw_figures
     except ImportError as exc:
         notes.append(f"plots skipped: {exc} (pip install matplotlib)")
         return []
@@ -341,8 +339,8 @@ def _md_row(cells: Iterable[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m grpo_exp.compare SWEEP_DIR``; returns 2 (with one line on stderr) when there is nothing to report."""
-    parser = argparse.ArgumentParser(prog="python -m grpo_exp.compare", description=__doc__.split("\n\n")[0])
+    """``python -m grpo_exp.report SWEEP_DIR``; returns 2 (with one line on stderr) when there is nothing to report."""
+    parser = argparse.ArgumentParser(prog="python -m grpo_exp.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep_dir", type=Path, help="a sweep folder (outputs/multirun/<date>/<time>) or a run folder")
     parser.add_argument("--out", type=Path, help=f"where to write the report (default: <sweep_dir>/{REPORT_DIR})")
     parser.add_argument(
@@ -363,7 +361,3 @@ def main(argv: list[str] | None = None) -> int:
     print(report.read_text(encoding="utf-8").split("## Results")[0].rstrip())
     print(f"\nreport: {report}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

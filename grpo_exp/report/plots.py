@@ -3,7 +3,7 @@
 ``draw_figures`` picks the figures a sweep's data allows; the functions below it take plain data
 (labels, steps, values, cells). Uses matplotlib's object API (``Figure``, rendered by Agg), not
 pyplot: no global backend switch and no figures left open in the caller's process (a Hydra
-callback). Only ``grpo_exp.compare`` imports this module, and only when it draws.
+callback). Only ``grpo_exp.report.compare`` imports this module, and only when it draws.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from grpo_exp.sweep_results import Cell, Job, Sweep, format_value, grid_axes, group_jobs, is_grid, objective_grid
+from grpo_exp.report.jobs import Job
+from grpo_exp.report.sweep import Cell, Sweep, format_value, grid_axes, group_jobs, is_grid, objective_grid
 
 log = logging.getLogger(__name__)
 

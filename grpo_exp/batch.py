@@ -1,0 +1,93 @@
+"""The one rule tying the group size to the batch, checked before the model loads.
+
+TRL generates ``generation_batch_size`` completions at a time (per-device batch x processes x
+``steps_per_generation``, which defaults to gradient accumulation) and needs it to hold whole
+groups of ``num_generations``; it says so only after the model has loaded. ``size_batch`` derives
+the per-device batch from ``grpo.hold_fixed`` (unless the user set one) and applies the same rule,
+naming values that would work.
+"""
+
+from __future__ import annotations
+
+import math
+
+from grpo_exp import hardware
+from grpo_exp.config import ExperimentConfig, HoldFixed
+from grpo_exp.errors import UserError
+
+# The article: groups below 4 leave too little diversity for the in-group comparison.
+MIN_ADVISED_GROUP = 4
+SUGGESTIONS = 3
+
+
+def size_batch(cfg: ExperimentConfig) -> list[str]:
+    """Set ``grpo.per_device_train_batch_size`` and check the generation batch; returns advice."""
+    grpo = cfg.grpo
+    group = grpo.num_generations
+    if group < 2:
+        raise UserError(f"grpo.num_generations={group}: GRPO compares completions within a group, use 4-8")
+    if grpo.per_device_train_batch_size is None:
+        grpo.per_device_train_batch_size = _derived(cfg)
+    if grpo.per_device_train_batch_size < 1:
+        raise UserError(f"grpo.per_device_train_batch_size={grpo.per_device_train_batch_size} must be at least 1")
+    completions = generation_batch(cfg)
+    if completions % group:
+        raise UserError(
+            f"each generation batch holds {completions} completions (grpo.per_device_train_batch_size x "
+            f"processes x optimizer.gradient_accumulation_steps), not a multiple of grpo.num_generations={group}: "
+            f"{_fixes(cfg, completions)}"
+        )
+    if group < MIN_ADVISED_GROUP:
+        return [
+            f"grpo.num_generations={group} is below {MIN_ADVISED_GROUP}: groups this small leave too little "
+            "diversity to compare completions (the article advises 4-8)"
+        ]
+    return []
+
+
+def generation_batch(cfg: ExperimentConfig) -> int:
+    """Completions TRL generates at once, as GRPOConfig computes it."""
+    grpo = cfg.grpo
+    if grpo.generation_batch_size is not None:
+        return grpo.generation_batch_size
+    steps = grpo.steps_per_generation or cfg.optimizer.gradient_accumulation_steps
+    return grpo.per_device_train_batch_size * hardware.world_size() * steps
+
+
+def _derived(cfg: ExperimentConfig) -> int:
+    """The per-device batch that keeps ``hold_fixed`` equal across group sizes."""
+    grpo, hold = cfg.grpo, cfg.grpo.hold_fixed
+    if hold is HoldFixed.none:
+        raise UserError(
+            "grpo.hold_fixed=none needs grpo.per_device_train_batch_size=<completions per device>, "
+            "or let grpo.hold_fixed=prompts derive it"
+        )
+    group = grpo.num_generations
+    completions = grpo.prompts_per_step * group if hold is HoldFixed.prompts else grpo.completions_per_step
+    if completions % group:
+        fits = [g for g in range(2, completions + 1) if completions % g == 0]
+        raise UserError(
+            f"grpo.hold_fixed=completions: {completions} completions per step don't split into groups of "
+            f"grpo.num_generations={group}; group sizes that fit: {', '.join(map(str, fits))}"
+        )
+    share = cfg.optimizer.gradient_accumulation_steps * hardware.world_size()
+    if completions % share:
+        raise UserError(
+            f"grpo.hold_fixed={hold}: {completions} completions per step don't split evenly over "
+            f"optimizer.gradient_accumulation_steps x processes = {share}"
+        )
+    return completions // share
+
+
+def _fixes(cfg: ExperimentConfig, completions: int) -> str:
+    """Nearby values that would work: batch sizes for this group, group sizes for this batch, or hold_fixed."""
+    group, batch = cfg.grpo.num_generations, cfg.grpo.per_device_train_batch_size
+    others = completions // batch
+    step = group // math.gcd(group, others)
+    sizes = [step * k for k in range(1, SUGGESTIONS + 1)]
+    divisors = [g for g in range(2, completions + 1) if completions % g == 0]
+    groups = ([g for g in divisors if g >= MIN_ADVISED_GROUP] or divisors)[:SUGGESTIONS]
+    fix = f"use grpo.per_device_train_batch_size={' or '.join(map(str, sizes))}"
+    if groups:
+        fix += f", or grpo.num_generations={' or '.join(map(str, groups))}"
+    return fix + ", or drop the batch size and let grpo.hold_fixed=prompts size it per group"

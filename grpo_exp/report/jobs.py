@@ -1,0 +1,203 @@
+"""One job folder of a sweep, read into a ``Job``: whatever is missing or damaged becomes a note.
+
+A job folder holds ``summary.json`` when the job ended (its status, error and figures),
+``metrics.jsonl`` (one line per logging step; a job killed hard leaves only this), ``config.yaml``
+(its alarm thresholds and ``objective``), ``.hydra/overrides.yaml`` (its swept values) and
+``error.txt`` (the traceback of a failed job). Figures come from ``metrics.jsonl`` when
+``summary.json`` is missing or torn, torn lines are skipped and counted, and default thresholds are
+assumed without a readable ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpo_exp.config import MonitorSettings
+from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE, read_metrics, summarize
+
+CONFIG_FILE = "config.yaml"
+ERROR_FILE = "error.txt"
+OVERRIDES_FILE = ".hydra/overrides.yaml"
+JOB_FILES = (SUMMARY_FILE, METRICS_FILE, CONFIG_FILE, ERROR_FILE, OVERRIDES_FILE)
+DEFAULT_KL_THRESHOLD = MonitorSettings.kl_threshold
+DEFAULT_MIN_REWARD_STD = MonitorSettings.min_reward_std
+COMPLETED, FAILED, INCOMPLETE = "completed", "failed", "incomplete"
+# A final reward within this of the run's peak counts as "at its best": homogeneous completions
+# there mean every one succeeded, which is not a collapse.
+AT_PEAK_TOLERANCE = 0.05
+
+
+@dataclass
+class Job:
+    """One job folder, with whatever of its files could be read; ``notes`` say what could not."""
+
+    name: str
+    path: Path
+    status: str
+    stats: dict[str, Any]  # summary.json over summarize(metrics.jsonl)
+    rows: list[dict[str, Any]]
+    overrides: dict[str, Any]
+    kl_threshold: float = DEFAULT_KL_THRESHOLD
+    min_reward_std: float = DEFAULT_MIN_REWARD_STD
+    objective: str | None = None  # what the job returned to the sweeper (config key `objective`)
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.status == COMPLETED
+
+    def value(self, key: str) -> float | None:
+        """A numeric result, or None when the job has none (or a non-number) for it."""
+        v = self.stats.get(key)
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        return float(v) if ok else None
+
+    def series(self, key: str) -> tuple[list[float], list[float]]:
+        """Steps and values of one logged metric, skipping the steps that lack it."""
+        points = [(r["step"], r[key]) for r in self.rows if finite(r.get(key)) and finite(r.get("step"))]
+        return [step for step, _ in points], [value for _, value in points]
+
+    @property
+    def kl_steps(self) -> int | None:
+        """Steps with KL above this job's threshold; None when it logged no KL."""
+        steps = self.value("steps_above_kl_threshold")
+        return None if steps is None else int(steps)
+
+    @property
+    def collapsed(self) -> bool | None:
+        """Reward std fell below the floor while the reward was still short of its peak.
+
+        Homogeneous completions before success leave GRPO nothing to compare, the article's warning;
+        None when the job logged too little to tell.
+        """
+        std, final, peak = self.value("final_reward_std"), self.value("final_reward"), self.value("peak_reward")
+        if std is None or final is None or peak is None:
+            return None
+        return std < self.min_reward_std and final < peak - AT_PEAK_TOLERANCE
+
+
+def load_job(path: Path) -> Job:
+    """One job folder; whatever is missing or damaged becomes a note, never an exception."""
+    notes: list[str] = []
+    config = read_yaml(path / CONFIG_FILE)
+    if not isinstance(config, dict):
+        config = {}
+        notes.append(
+            f"no readable {CONFIG_FILE}: KL threshold {DEFAULT_KL_THRESHOLD:g} and "
+            f"minimum reward std {DEFAULT_MIN_REWARD_STD:g} assumed"
+        )
+    monitor = config.get("monitor") if isinstance(config.get("monitor"), dict) else {}
+    kl_threshold = float(monitor.get("kl_threshold", DEFAULT_KL_THRESHOLD))
+    rows = [row for row in read_metrics(path / METRICS_FILE) if finite(row.get("step"))]
+    if torn := _torn_lines(path / METRICS_FILE):
+        notes.append(f"{torn} torn line(s) in {METRICS_FILE} skipped")
+    summary = _read_json(path / SUMMARY_FILE)
+    if summary is None and (path / SUMMARY_FILE).exists():
+        notes.append(f"{SUMMARY_FILE} is unreadable: figures come from {METRICS_FILE}")
+    stats = summarize(rows, kl_threshold) | {k: v for k, v in (summary or {}).items() if v is not None}
+    overrides = _read_overrides(path)
+    if overrides is None:
+        overrides = (summary or {}).get("overrides") or {}
+        source = f"taken from {SUMMARY_FILE}" if overrides else "unknown"
+        notes.append(f"no {OVERRIDES_FILE}: its swept values are {source}")
+    status = _status(path, summary)
+    error = (summary or {}).get("error") or (_last_line(path / ERROR_FILE) if status == FAILED else None)
+    return Job(
+        name=path.name,
+        path=path,
+        status=status,
+        stats=stats,
+        rows=rows,
+        overrides=overrides,
+        kl_threshold=kl_threshold,
+        min_reward_std=float(monitor.get("min_reward_std", DEFAULT_MIN_REWARD_STD)),
+        objective=config.get("objective") if isinstance(config.get("objective"), str) else None,
+        error=error,
+        notes=notes,
+    )
+
+
+def is_job(path: Path) -> bool:
+    return any((path / name).is_file() for name in JOB_FILES)
+
+
+def _status(path: Path, summary: dict[str, Any] | None) -> str:
+    if summary is None:
+        return INCOMPLETE  # killed hard (OOM killer, SLURM timeout) or still running
+    return str(summary.get("status") or (FAILED if (path / ERROR_FILE).is_file() else COMPLETED))
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _torn_lines(path: Path) -> int:
+    """Lines of metrics.jsonl that aren't JSON (read_metrics skips them; the report says so)."""
+    if not path.is_file():
+        return 0
+    torn = 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            json.loads(line)
+        except json.JSONDecodeError:
+            torn += bool(line.strip())
+    return torn
+
+
+def _last_line(path: Path) -> str | None:
+    """A traceback's last line names the exception: the one-line error of a job without summary."""
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+    except OSError:
+        return None
+    return next((line for line in reversed(lines) if line), None)
+
+
+def _read_overrides(path: Path) -> dict[str, Any] | None:
+    lines = read_yaml(path / OVERRIDES_FILE)
+    if not isinstance(lines, list):
+        return None
+    pairs = (_parse_override(str(line)) for line in lines)
+    return {key: value for key, value in pairs if not key.startswith("hydra.")}
+
+
+@functools.cache
+def _override_parser():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+def _parse_override(text: str) -> tuple[str, Any]:
+    """Hydra's parser types the value as the job saw it (``1e-3`` is a float); a plain split if it can't."""
+    from hydra.errors import HydraException
+
+    try:
+        override = _override_parser().parse_override(text)
+        return override.key_or_group, override.value()
+    except HydraException:
+        key, _, value = text.lstrip("+~").partition("=")
+        return key, value
+
+
+def finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,56 @@
+"""The composed config as typed settings: interpolations resolved, unknown keys refused, reward parts checked.
+
+Kept apart from the schema (config.py) so the schema imports nothing of ours and the error
+descriptions (config_errors.py) can read it without an import cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from grpo_exp.config import ExperimentConfig, RewardPart
+from grpo_exp.config_errors import describe_config_error, unknown_key_message
+from grpo_exp.errors import UserError
+
+
+def to_settings(cfg: DictConfig) -> ExperimentConfig:
+    """The composed config as typed dataclasses; a one-line UserError if it can't be."""
+    for key in unknown_keys(cfg):
+        raise UserError(unknown_key_message(key))
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise UserError(f"{missing[0]} is required: add {missing[0]}=<value>")
+    try:
+        settings = OmegaConf.to_object(cfg)
+        assert isinstance(settings, ExperimentConfig)
+    except Exception as exc:  # OmegaConf's errors name the key; make them one line
+        raise UserError(describe_config_error(exc)) from None
+    settings.reward.parts = {name: _reward_part(name, node) for name, node in cfg.reward.parts.items()}
+    return settings
+
+
+def unknown_keys(node: DictConfig, prefix: str = "") -> Iterator[str]:
+    """Keys a ``+key=`` or ``++key=`` override slipped past the schema (OmegaConf would drop them silently)."""
+    schema = OmegaConf.get_type(node)
+    if not dataclasses.is_dataclass(schema):
+        return
+    names = {f.name for f in dataclasses.fields(schema)}
+    for key in node:
+        if key not in names:
+            yield f"{prefix}{key}"
+        elif isinstance(child := node._get_node(key), DictConfig) and not child._is_missing() and not child._is_none():
+            yield from unknown_keys(child, f"{prefix}{key}.")
+
+
+def _reward_part(name: str, node: Any) -> RewardPart:
+    try:
+        part = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RewardPart), node))
+    except Exception as exc:
+        keys = ", ".join(f.name for f in dataclasses.fields(RewardPart))
+        raise UserError(f"reward.parts.{name}: {describe_config_error(exc)} (a part has: {keys})") from None
+    assert isinstance(part, RewardPart)
+    return part

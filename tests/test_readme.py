@@ -1,0 +1,157 @@
+"""Every command in README.md's code blocks runs as written (on the CPU, with few steps).
+
+Commands that need a GPU, a model or dataset hub, or a W&B server are listed in ``SKIPPED`` with
+the reason; a README command that is neither run nor listed fails the test, and so does a listed
+one that left the README. The fast tier checks every job of every command the way run.py does
+before training (composed, validated, rewards built); the slow tier runs them all, one step each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, ROOT
+
+README = ROOT / "README.md"
+# Appended to every run.py command: one step, no W&B, so the whole README runs in minutes.
+FAST = ("grpo.max_steps=1", "logger=none")
+# Commands (by their start) that this machine cannot run, and why.
+SKIPPED = {
+    "make run": "`make` first installs the environment (network); it then runs `python run.py`, run below",
+    "make test": "the test suite itself",
+    "make test-slow": "the test suite itself",
+    "make lint": "ruff, which CI runs as its own step (`make` first installs the environment)",
+    "make setup TORCH=torch": "installs CUDA torch and vLLM: needs a GPU machine and the network",
+    "python run.py model=qwen2_5_0_5b_instruct": "downloads a model from the hub (and wants a GPU)",
+    "python run.py -m model=qwen2_5_0_5b_instruct": "downloads a model from the hub (and wants a GPU)",
+    "python run.py model=mistral_7b_instruct": "a 7B model in 4 bits: needs a CUDA GPU and the hub",
+    "python run.py dataset=hub": "downloads a dataset from the hub",
+}
+
+
+def readme_commands() -> list[str]:
+    """Each command line of the README's bash blocks, comments dropped."""
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+    lines = [line for block in blocks for line in block.splitlines()]
+    return [shlex.join(shlex.split(line, comments=True)) for line in lines if shlex.split(line, comments=True)]
+
+
+def skip_reason(command: str) -> str | None:
+    return next((why for start, why in SKIPPED.items() if command.startswith(start)), None)
+
+
+def runnable() -> list[str]:
+    return [c for c in readme_commands() if skip_reason(c) is None]
+
+
+def user_files(folder: Path) -> None:
+    """The files the README's commands name as the user's own (a rewards module, prompt files)."""
+    article = (FIXTURES / "article_rewards.py").read_text(encoding="utf-8")
+    brevity = "\n\ndef brevity(completions):\n    return [-len(c) / 100 for c in completions]\n"
+    (folder / "my_rewards.py").write_text(article + brevity, encoding="utf-8")
+    (folder / "path" / "to").mkdir(parents=True)
+    my_reward = "\n\ndef my_reward(completions):\n    return [float('谢谢' in c) for c in completions]\n"
+    (folder / "path" / "to" / "rewards.py").write_text(article + my_reward, encoding="utf-8")
+    shutil.copy(FIXTURES / "prompts.json", folder / "prompts.json")
+    records = json.loads((FIXTURES / "prompts.json").read_text(encoding="utf-8"))
+    with (folder / "qa.jsonl").open("w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps({"question": record["prompt"], "answer": "谢谢"}, ensure_ascii=False) + "\n")
+
+
+def argv(command: str) -> list[str]:
+    """The command as this test runs it: this interpreter and this checkout's run.py, plus ``FAST``."""
+    words = shlex.split(command)
+    if words[:2] == ["python", "run.py"]:
+        return [sys.executable, str(ROOT / "run.py"), *words[2:], *FAST]
+    if words[0] == "make":
+        return ["make", "-C", str(ROOT), *words[1:]]
+    raise AssertionError(f"README command of an unknown kind: {command}")
+
+
+def test_every_readme_command_is_run_or_skipped_with_a_reason():
+    commands = readme_commands()
+    assert len(runnable()) >= 15
+    stale = [start for start in SKIPPED if not any(c.startswith(start) for c in commands)]
+    assert not stale, f"SKIPPED lists commands the README no longer has: {stale}"
+    for command in runnable():
+        argv(command)  # every remaining command is one this test knows how to run
+
+
+# Checks each command as run.py does before Hydra starts, all in one process.
+PREFLIGHT_PROBE = """
+import contextlib, io, json, sys
+from grpo_exp import cli
+results = []
+for args in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            cli.preflight(args)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    results.append({"code": code, "stderr": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+def test_every_job_of_every_readme_command_is_valid(tmp_path):
+    """The sweeps included (the group-size examples used to stop on a batch-size error)."""
+    user_files(tmp_path)
+    commands = [c for c in runnable() if c.startswith("python run.py")]
+    args = [argv(c)[2:] for c in commands]
+    done = subprocess.run(
+        [sys.executable, "-c", PREFLIGHT_PROBE, json.dumps(args)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.splitlines()[-1])
+    failures = [(c, r) for c, r in zip(commands, results, strict=True) if r["code"] or r["stderr"].strip()]
+    assert failures == []
+
+
+def run_command(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    return subprocess.run(argv(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
+
+
+@pytest.mark.parametrize(
+    "command", ["python run.py --help", "python run.py -m grpo.num_generations=4,8 optimizer.lr=1e-5,3e-5"]
+)
+def test_readme_group_size_sweep_and_help_run(tmp_path, command):
+    assert command in readme_commands()
+    user_files(tmp_path)
+    result = run_command(command, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    if " -m " in command:
+        summaries = list((tmp_path / "outputs" / "multirun").glob("*/*/summary.json"))
+        assert len(summaries) == 4
+        assert all(json.loads(s.read_text())["status"] == "completed" for s in summaries)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", runnable())
+def test_readme_command_runs(tmp_path, command):
+    user_files(tmp_path)
+    result = run_command(command, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    failed = [
+        path
+        for path in tmp_path.glob("outputs/**/summary.json")
+        if json.loads(path.read_text())["status"] != "completed"
+    ]
+    assert not failed, failed

@@ -1,0 +1,65 @@
+"""The grpo group mirrors the installed TRL: regenerated schema equals the committed one, and options reach TRL."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from grpo_exp import schema_gen
+from grpo_exp.config import ExperimentConfig
+from grpo_exp.trl_schema import SET_ELSEWHERE, TrlGrpoFields
+
+
+def test_generated_schema_matches_the_installed_trl():
+    """Fails after a TRL upgrade that adds, drops or retypes a field: run `python -m grpo_exp.schema_gen`."""
+    committed = schema_gen.TARGET.read_text(encoding="utf-8")
+    assert schema_gen.render() == committed, "grpo_exp/trl_schema.py is stale: run python -m grpo_exp.schema_gen"
+
+
+def test_every_grpo_config_field_is_settable_or_pointed_elsewhere():
+    from trl import GRPOConfig
+
+    exposed = {f.name for f in dataclasses.fields(TrlGrpoFields)} | set(SET_ELSEWHERE)
+    trl_fields = {f.name for f in dataclasses.fields(GRPOConfig) if f.init and not f.name.startswith("_")}
+    from grpo_exp.trl_schema import NOT_EXPOSED
+
+    assert trl_fields - exposed == set(NOT_EXPOSED)
+
+
+@pytest.mark.parametrize("name", sorted(schema_gen.CHOICES))
+def test_hand_kept_choices_are_the_ones_trl_documents(name):
+    """TRL lists these values only in its help text: every value we accept must be named there."""
+    from trl import GRPOConfig
+
+    help_text = next(f for f in dataclasses.fields(GRPOConfig) if f.name == name).metadata["help"]
+    named = set(re.findall(r"[`']([a-z_]+)[`']", help_text))
+    assert set(schema_gen.CHOICES[name]) <= named
+
+
+def test_trl_accepts_our_grpo_defaults(settings, tmp_path: Path):
+    """The whole grpo group, as composed by default, builds a GRPOConfig (no field TRL refuses)."""
+    from grpo_exp.train import grpo_config
+    from grpo_exp.validate import validate
+
+    cfg: ExperimentConfig = settings("grpo.top_k=5", "grpo.epsilon_high=0.28", "grpo.save_total_limit=2")
+    checked = validate(cfg)
+    args = grpo_config(cfg, tmp_path, checked.weights, gpu=False, report_to_wandb=False)
+    assert (args.top_k, args.epsilon_high, args.save_total_limit) == (5, 0.28, 2)
+    assert args.per_device_train_batch_size == 12 and args.num_generations == 6
+    assert args.learning_rate == cfg.optimizer.lr and args.save_strategy == "no" and not args.bf16
+
+
+def test_options_that_were_never_mapped_reach_the_trainer(settings, tmp_path: Path):
+    """Built by build_trainer on the tiny model as a job does, then read back from the trainer."""
+    from grpo_exp.monitor import HealthMonitor
+    from grpo_exp.train import build_trainer
+    from grpo_exp.validate import validate
+
+    cfg = settings("grpo.top_k=5", "grpo.epsilon_high=0.28", "grpo.repetition_penalty=1.1", "logger=none")
+    trainer = build_trainer(cfg, tmp_path, HealthMonitor(cfg.monitor), None, validate(cfg))
+    assert (trainer.args.top_k, trainer.args.epsilon_high, trainer.args.repetition_penalty) == (5, 0.28, 1.1)
+    assert trainer.top_k == 5 and trainer.epsilon_high == 0.28
+    assert trainer.generation_config.top_k == 5
