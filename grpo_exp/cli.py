@@ -74,7 +74,9 @@ def _sweep_dir(config_dir: Path, config_name: str, overrides: list[str]) -> str:
     parsed = OverridesParser.create().parse_overrides(overrides)
     plain = [o.input_line for o in parsed if not o.is_sweep_override() and o.input_line]
     with initialize_config_dir(config_dir=str(config_dir.resolve()), version_base="1.3"):
-        return str(compose_job(config_name, plain, with_hydra=True).hydra.sweep.dir)
+        cfg = compose_job(config_name, plain, with_hydra=True)
+    HydraConfig.instance().set_config(cfg)  # for ${hydra:...} in the folder's name, as a job would see it
+    return str(cfg.hydra.sweep.dir)
 
 
 def _resume_folder(overrides: list[str], multirun: bool) -> Path | None:

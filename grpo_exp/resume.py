@@ -26,7 +26,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from grpo_exp.config import ExperimentConfig
+from grpo_exp.config import CONF_DIR, ExperimentConfig
 from grpo_exp.errors import UserError
 from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE
 from grpo_exp.settings import to_settings
@@ -129,8 +129,18 @@ def recorded_settings(folder: Path, overrides: Sequence[str] = ()) -> Experiment
     """The config a job ran with (its ``config.yaml``), with the adjustable overrides applied."""
     check_folder(folder)
     cfg = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), OmegaConf.load(folder / CONFIG_FILE))
-    adjustments = [o.lstrip("+~") for o in overrides if _key(o) in ADJUSTABLE and _key(o) != "resume"]
-    cfg.merge_with_dotlist(adjustments)
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key not in ADJUSTABLE or key == "resume":
+            continue
+        if (CONF_DIR / key).is_dir():  # a config group (logger=none): its option's file
+            option = CONF_DIR / key / f"{value}.yaml"
+            if not option.is_file():
+                names = ", ".join(sorted(p.stem for p in (CONF_DIR / key).glob("*.yaml")))
+                raise UserError(f"no {key} config named {value!r}; available: {names}")
+            cfg[key] = OmegaConf.merge(cfg[key], OmegaConf.load(option))
+        else:
+            cfg.merge_with_dotlist([f"{key}={value}"])
     cfg.resume = str(folder)
     return to_settings(cfg)
 

@@ -62,10 +62,30 @@ def user_files(folder: Path) -> None:
     my_reward = "\n\ndef my_reward(completions):\n    return [float('谢谢' in c) for c in completions]\n"
     (folder / "path" / "to" / "rewards.py").write_text(article + my_reward, encoding="utf-8")
     shutil.copy(FIXTURES / "prompts.json", folder / "prompts.json")
+    recorded_run(folder / "outputs" / "long")
     records = json.loads((FIXTURES / "prompts.json").read_text(encoding="utf-8"))
     with (folder / "qa.jsonl").open("w", encoding="utf-8") as handle:
         for record in records:
             handle.write(json.dumps({"question": record["prompt"], "answer": "谢谢"}, ensure_ascii=False) + "\n")
+
+
+def recorded_run(job: Path) -> None:
+    """The job folder README's long-run example leaves (the config it ran with), which its resume commands continue."""
+    import dataclasses
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from grpo_exp.config import CONF_DIR, register_schema
+    from grpo_exp.settings import to_settings
+    from grpo_exp.validate import validate
+
+    register_schema()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        settings = to_settings(compose(config_name="config", overrides=["hydra.run.dir=outputs/long"]))
+    validate(settings)
+    job.mkdir(parents=True)
+    (job / "config.yaml").write_text(OmegaConf.to_yaml(dataclasses.asdict(settings)), encoding="utf-8")
 
 
 def argv(command: str) -> list[str]:
