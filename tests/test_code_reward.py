@@ -76,7 +76,7 @@ def test_code_tests_reuses_one_sandbox_per_settings_and_caches_results():
     settings = SANDBOX | {"timeout_s": 2.5}
     get("code_tests")([ADD + "\n# reuse"], **settings, **tests, **_extras(1))
     sandboxes = dict(code_rewards._sandboxes)
-    box = next(b for key, b in sandboxes.items() if key[0] == 2.5)
+    box = next(b for key, b in sandboxes.items() if key[0].timeout_s == 2.5)
     hits = box.cache_stats.hits
     assert get("code_tests")([ADD + "\n# reuse"], **settings, **tests, **_extras(1)) == [1.0]
     assert code_rewards._sandboxes == sandboxes

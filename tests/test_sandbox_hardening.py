@@ -97,3 +97,69 @@ def test_exceptions_are_caught_as_in_a_native_run(sandbox):
     assert native == ["passed"] * (len(tests) - 1) + ["failed"]
     result = sandbox.grade(RAISERS, TestSpec.mbpp(tests))
     assert list(result.outcomes) == native
+
+
+# -- 4. the tests' helpers are the dataset's, never the candidate's ------------------------------------
+
+CYCLIC_PROMPT = textwrap.dedent('''
+    def encode_cyclic(s: str):
+        """returns encoded string by cycling groups of three characters."""
+        groups = [s[(3 * i):min((3 * i + 3), len(s))] for i in range((len(s) + 2) // 3)]
+        groups = [(group[1:] + group[0]) if len(group) == 3 else group for group in groups]
+        return "".join(groups)
+
+
+    def decode_cyclic(s: str):
+        """takes as input string encoded with encode_cyclic function. Returns decoded string."""
+''')
+CYCLIC_TEST = textwrap.dedent("""
+    def check(candidate):
+        from random import Random
+        rng = Random(0)
+        for _ in range(20):
+            text = "".join(rng.choice("abcdefg") for _ in range(rng.randint(10, 20)))
+            encoded_str = encode_cyclic(text)
+            assert candidate(encoded_str) == text
+""")
+CYCLIC_CHEAT = "def encode_cyclic(s):\n    return s\ndef decode_cyclic(s):\n    return s\n"
+CYCLIC_REAL = CYCLIC_PROMPT + "    return encode_cyclic(encode_cyclic(s))\n"
+
+
+def _code_tests(completions: list[str], **columns) -> list[float | None]:
+    from grpo_exp.rewards.registry import get
+
+    params = {"timeout_s": 3.0, "test_timeout_s": 1.0, "memory_mb": 256, "workers": 2, "isolation": MODE}
+    return get("code_tests")(completions, **params, **columns)
+
+
+def test_a_redefined_prompt_helper_earns_nothing():
+    chat = [[{"role": "system", "content": "Complete the code."}, {"role": "user", "content": CYCLIC_PROMPT}]]
+    scores = _code_tests(
+        [CYCLIC_CHEAT, CYCLIC_REAL], prompts=chat * 2, test=[CYCLIC_TEST] * 2, entry_point=["decode_cyclic"] * 2
+    )
+    assert scores == [0.0, 1.0]
+
+
+def test_a_standard_name_in_a_test_is_not_the_candidates():
+    cheat = "class Counter:\n    def __new__(cls, xs):\n        return {'a': 2, 'b': 1}\ndef letters(s):\n    return []\n"
+    honest = "def letters(s):\n    return list(s)\n"
+    tests = [["assert Counter(letters('aab')) == Counter({'a': 2, 'b': 1})"]] * 2
+    assert _code_tests([cheat, honest], test_list=tests) == [0.0, 1.0]
+    assert _code_tests([cheat, honest], test_list=tests, entry_point=["letters"] * 2) == [0.0, 1.0]
+
+
+# -- 7. all-or-nothing scoring, as HumanEval's check ---------------------------------------------------
+
+RETURNS_NONE = "def first_even(xs):\n    return None\n"
+FIRST_EVEN_TEST = textwrap.dedent("""
+    def check(candidate):
+        assert candidate([1, 3]) is None
+        assert candidate([5, 7, 9]) is None
+        assert candidate([1, 4]) == 4
+""")
+
+
+def test_partial_credit_can_be_switched_off():
+    columns = {"test": [FIRST_EVEN_TEST], "entry_point": ["first_even"]}
+    assert _code_tests([RETURNS_NONE], **columns) == [pytest.approx(2 / 3)]
+    assert _code_tests([RETURNS_NONE], partial_credit=False, **columns) == [0.0]

@@ -35,6 +35,11 @@ class Limits:
     max_message_bytes: int = 4 * MIB  # one result message from the child
     workdir_mb: int = 16  # size of the private working folder where it is a tmpfs (bwrap)
     max_restarts: int = 2  # fresh interpreters after a test killed the previous one
+    # Where a problem has a reference solution, its slowest test sets the per-test limit:
+    # this many times its time, at least ``min_test_timeout_s``, at most ``test_timeout_s``.
+    # None: always ``test_timeout_s``. A spinning candidate then costs a fraction of a second.
+    reference_time_multiple: float | None = None
+    min_test_timeout_s: float = 0.25
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -42,6 +47,13 @@ class Limits:
                 raise ValueError(f"sandbox limit {name} must be positive, got {value!r}")
         if self.max_restarts < 0:
             raise ValueError(f"sandbox limit max_restarts must be >= 0, got {self.max_restarts!r}")
+
+    def test_limit_from(self, reference_test_s: float) -> float:
+        """The per-test limit for a problem whose reference solution's slowest test took this long."""
+        if self.reference_time_multiple is None:
+            return self.test_timeout_s
+        derived = max(self.min_test_timeout_s, self.reference_time_multiple * reference_test_s)
+        return min(self.test_timeout_s, derived)
 
     @property
     def cpu_seconds(self) -> int:

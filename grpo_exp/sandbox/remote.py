@@ -131,9 +131,11 @@ def _instantiate(kind: type[Exception], message: str) -> Exception:
 class RemoteSession:
     """One snippet's candidate program behind a (re)startable child."""
 
-    def __init__(self, source: ChildSource, code: str) -> None:
+    def __init__(self, source: ChildSource, code: str, test_timeout_s: float | None = None) -> None:
         self.source = source
         self.limits = limits = source.limits
+        self.test_timeout_s = test_timeout_s or limits.test_timeout_s
+        self.busy_s = 0.0  # this test's time waiting on the candidate's answers (loading excluded)
         self._job = {"mode": "serve", "code": code}
         self._deadline = time.monotonic() + limits.timeout_s
         self._test_deadline = self._deadline
@@ -148,8 +150,9 @@ class RemoteSession:
 
     def begin_test(self) -> None:
         """Start the clock of one test and forget the previous test's fault."""
-        self._test_deadline = min(self._deadline, time.monotonic() + self.limits.test_timeout_s)
+        self._test_deadline = min(self._deadline, time.monotonic() + self.test_timeout_s)
         self.fault = None
+        self.busy_s = 0.0
 
     def out_of_time(self) -> bool:
         return time.monotonic() >= self._deadline
@@ -209,7 +212,7 @@ class RemoteSession:
         self.starts += 1
         self._generation += 1
         started = time.monotonic()
-        load_deadline = min(self._deadline, started + self.limits.test_timeout_s)
+        load_deadline = min(self._deadline, started + self.limits.test_timeout_s)  # loading: the full limit
         child: ChildProcess | None = None
         reply: dict | None = None
         try:
@@ -233,6 +236,7 @@ class RemoteSession:
     def _request(self, child: ChildProcess, message: dict) -> Any:
         self._next_id += 1
         message["i"] = self._next_id
+        asked = time.monotonic()
         try:
             child.send(message, self._test_deadline)
             reply = child.recv(self._test_deadline)
@@ -245,6 +249,8 @@ class RemoteSession:
         except ProtocolError as exc:
             self._drop_child()
             raise NotPlain(str(exc)) from None
+        finally:
+            self.busy_s += time.monotonic() - asked
         if reply is None:
             self._drop_child()
             raise ChildLost("the candidate's interpreter exited")
