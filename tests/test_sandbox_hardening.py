@@ -141,7 +141,8 @@ def test_a_redefined_prompt_helper_earns_nothing():
 
 
 def test_a_standard_name_in_a_test_is_not_the_candidates():
-    cheat = "class Counter:\n    def __new__(cls, xs):\n        return {'a': 2, 'b': 1}\ndef letters(s):\n    return []\n"
+    cheat = "class Counter:\n    def __new__(cls, xs):\n        return {'a': 2, 'b': 1}\n"
+    cheat += "def letters(s):\n    return []\n"
     honest = "def letters(s):\n    return list(s)\n"
     tests = [["assert Counter(letters('aab')) == Counter({'a': 2, 'b': 1})"]] * 2
     assert _code_tests([cheat, honest], test_list=tests) == [0.0, 1.0]

@@ -32,7 +32,7 @@ from typing import Any
 TEST_MODULES = (
     "math", "cmath", "re", "string", "random", "collections", "itertools", "functools", "heapq",
     "bisect", "statistics", "fractions", "decimal", "operator", "copy", "datetime", "json",
-)  # fmt: skip; earlier modules win where two export one name (math.sqrt over cmath.sqrt)
+)  # fmt: skip
 
 
 def free_names(trees: Sequence[ast.AST]) -> set[str]:
