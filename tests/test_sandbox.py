@@ -384,7 +384,7 @@ def test_private_workdir_is_removed(sandbox):
     run = sandbox.run("import os\nopen('scratch.txt', 'w').write('x')\nprint(os.getcwd())")
     workdir = run.stdout.decode().strip()
     assert run.returncode == 0, run.stderr
-    if sandbox.mode != "bwrap":  # bwrap's folder is a tmpfs inside the sandbox
+    if sandbox.launcher.host_workdir:  # else a private tmpfs inside the sandbox
         assert not Path(workdir).exists()
 
 

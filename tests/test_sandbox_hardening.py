@@ -6,12 +6,16 @@ Every test here failed before its fix. They run in the strongest isolation this 
 
 from __future__ import annotations
 
+import ast
+import logging
+import os
+import secrets
 import textwrap
 import time
 
 import pytest
 
-from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes
+from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes, isolation
 
 MODE = (available_modes() or ["none"])[0]
 LIMITS = Limits(timeout_s=2.0, test_timeout_s=1.5, memory_mb=256)
@@ -164,3 +168,54 @@ def test_partial_credit_can_be_switched_off():
     columns = {"test": [FIRST_EVEN_TEST], "entry_point": ["first_even"]}
     assert _code_tests([RETURNS_NONE], **columns) == [pytest.approx(2 / 3)]
     assert _code_tests([RETURNS_NONE], partial_credit=False, **columns) == [0.0]
+
+
+# -- 5. the fallback below bwrap hides the host's shared folders and secrets, and says so -------------
+
+SNOOP = """
+import os
+for folder in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
+    try:
+        with open(folder + "/" + TOKEN, "w") as fh:
+            fh.write("left behind")
+    except OSError:
+        pass
+for secret in ("/etc/shadow", "/etc/gshadow"):
+    try:
+        with open(secret) as fh:
+            print(secret, repr(fh.read()))
+    except OSError as exc:
+        print(secret, "unreadable", exc.errno)
+try:
+    print("/root", sorted(os.listdir("/root")))
+except OSError as exc:
+    print("/root", "unreadable", exc.errno)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not isolation.probe("unshare"), reason="needs root and a working unshare")
+def test_unshare_fallback_leaves_no_file_and_reads_no_secret():
+    token = "grpo-snoop-" + secrets.token_hex(6)
+    with Sandbox(LIMITS, isolation="unshare", workers=1, cache_size=0) as box:
+        run = box.run(f"TOKEN = {token!r}\n" + SNOOP)
+    assert run.returncode == 0, run.stderr
+    left = [f for f in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock") if os.path.exists(f"{f}/{token}")]
+    for folder in left:
+        os.remove(f"{folder}/{token}")
+    assert left == []
+    seen = dict(line.split(" ", 1) for line in run.stdout.decode().splitlines())
+    for secret in ("/etc/shadow", "/etc/gshadow"):
+        if os.path.exists(secret):
+            assert seen[secret] == "''" or seen[secret].startswith("unreadable"), seen
+    host_root = {name for name in os.listdir("/root") if name != ".pyenv"}  # the interpreter may live there
+    assert not host_root & set(ast.literal_eval(seen["/root"]) if seen["/root"].startswith("[") else [])
+
+
+def test_auto_announces_a_fallback_weaker_than_bwrap_once(monkeypatch, caplog):
+    monkeypatch.setattr(isolation, "probe", lambda mode: mode != "bwrap")
+    monkeypatch.setattr(isolation, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="grpo_exp.sandbox"):
+        modes = [isolation.resolve("auto") for _ in range(3)]
+    assert modes == ["unshare"] * 3
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "apt-get install -y bubblewrap" in warnings[0], warnings

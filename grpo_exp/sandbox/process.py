@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_exp.sandbox import identity
-from grpo_exp.sandbox.isolation import SANDBOX_DIR, Launcher
+from grpo_exp.sandbox.isolation import Launcher
 from grpo_exp.sandbox.limits import Limits
 
 log = logging.getLogger("grpo_exp.sandbox")
@@ -90,7 +90,7 @@ class ChildProcess:
                 self._host_dir = tempfile.mkdtemp(prefix="grpo-sandbox-")
                 if self._lease is not None:
                     os.chown(self._host_dir, self._lease.uid, self._lease.uid)
-            workdir = self._host_dir or SANDBOX_DIR
+            workdir = self._host_dir or launcher.workdir or "/"
             args = [str(req_r), str(resp_w), *(f"{name}={soft},{hard}" for name, soft, hard in limits.rlimits())]
             uid = self._lease.uid if self._lease else None
             argv = launcher.argv(["-I", "-S", "-c", CHILD_SOURCE, *args], uid, limits)
