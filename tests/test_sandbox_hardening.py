@@ -11,11 +11,14 @@ import logging
 import os
 import secrets
 import textwrap
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes, isolation
+from grpo_exp.sandbox.limits import MIB
 
 MODE = (available_modes() or ["none"])[0]
 LIMITS = Limits(timeout_s=2.0, test_timeout_s=1.5, memory_mb=256)
@@ -49,6 +52,67 @@ def test_hash_colliding_reply_is_refused_within_the_limit(sandbox, count):
     result = sandbox.grade(FORGED_SET.format(count=count), TestSpec.mbpp(["assert f() == set()"]))
     assert time.monotonic() - started < LIMITS.timeout_s + SECOND_S
     assert result.fraction == 0.0
+
+
+# -- 2. memory is budgeted per snippet, not per process -----------------------------------------------
+
+FORK_AND_TOUCH = """
+import os, time
+def f():
+    for _ in range(8):
+        if os.fork() == 0:
+            with open("/proc/self/comm", "w") as fh:
+                fh.write(TOKEN)
+            hog = b"x" * (400 * 1024 * 1024)  # written, so really resident
+            time.sleep(2)
+            os._exit(0)
+    time.sleep(1.5)
+    return 1
+"""
+
+
+def _resident_bytes(token: str) -> int:
+    """Summed VmRSS of the processes named ``token`` (shared pages count once per process)."""
+    total = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if Path(f"/proc/{name}/comm").read_text().strip() != token:
+                continue
+            status = Path(f"/proc/{name}/status").read_text()
+        except OSError:
+            continue
+        total += sum(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
+    return total
+
+
+def test_forked_children_share_one_memory_budget():
+    limits = Limits(timeout_s=8.0, test_timeout_s=8.0, memory_mb=512)
+    token = "hog" + secrets.token_hex(5)
+    peak, done = [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _resident_bytes(token))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with Sandbox(limits, isolation=MODE, workers=1, cache_size=0) as box:
+            box.grade(f"TOKEN = {token!r}\n" + FORK_AND_TOUCH, TestSpec.mbpp(["assert f() == 1"]))
+    finally:
+        done.set()
+        watcher.join()
+    assert peak[0] < 2 * limits.memory_mb * MIB, f"{peak[0] / MIB:.0f} MiB resident"
+
+
+def test_without_a_cgroup_a_snippet_cannot_fork():
+    limits = Limits(timeout_s=2.0, cgroup=False)
+    with Sandbox(limits, isolation=MODE, workers=1, cache_size=0) as box:
+        run = box.run("import os\ntry:\n    os.fork()\nexcept OSError:\n    print('refused')\n")
+    assert run.stdout.decode().strip() == "refused"
 
 
 # -- 3. exceptions come back by class and hierarchy ----------------------------------------------------

@@ -190,7 +190,7 @@ def _private_mounts(workdir_mb: int) -> tuple[str, ...]:
         stage = shlex.quote(f"{STAGING}{n}")
         steps += [f"mkdir -p {shlex.quote(root)}", f"mount --move {stage} {shlex.quote(root)}", f"rmdir {stage}"]
     steps += [f"mount --bind /dev/null {shlex.quote(f)}" for f in HIDDEN_FILES if os.path.isfile(f)]
-    steps += [f"cd {UNSHARE_WORKDIR}", 'exec "$@"']
+    steps += [f"cd {UNSHARE_WORKDIR}", "unset PWD OLDPWD", 'exec "$@"']
     return (_tool("sh"), "-c", "\n".join(steps), "sandbox-mounts")
 
 
