@@ -217,6 +217,27 @@ def test_a_standard_name_in_a_test_is_not_the_candidates():
     assert _code_tests([cheat, honest], test_list=tests, entry_point=["letters"] * 2) == [0.0, 1.0]
 
 
+# -- 6. a loop costs a multiple of the reference's time, not the configured limit ----------------------
+
+ADD_SPEC_TESTS = ["assert add(1, 2) == 3", "assert add(2, 3) == 5", "assert add(-1, 1) == 0"]
+ADD_REFERENCE = "def add(a, b):\n    return a + b\n"
+
+
+def test_per_test_limit_comes_from_the_reference_solution():
+    limits = Limits(timeout_s=30.0, test_timeout_s=5.0, reference_time_multiple=10, min_test_timeout_s=0.25)
+    spec = TestSpec.mbpp(ADD_SPEC_TESTS, entry_point="add", reference=ADD_REFERENCE)
+    broken = TestSpec.mbpp(ADD_SPEC_TESTS, entry_point="add", reference="def add(a, b):\n    return a - b\n")
+    with Sandbox(limits, isolation=MODE, workers=2, cache_size=0) as box:
+        limit = box.test_limit(spec)
+        spin = box.grade("def add(a, b):\n    while True:\n        pass\n", spec)
+        slow_but_fine = box.grade("import time\ndef add(a, b):\n    time.sleep(0.05)\n    return a + b\n", spec)
+        assert box.test_limit(broken) == limits.test_timeout_s  # a reference that fails proves nothing
+    assert limits.min_test_timeout_s <= limit < limits.test_timeout_s
+    assert spin.outcomes == ("timeout",) * 3
+    assert spin.wall_s < limits.test_timeout_s  # all three tests, where one alone used to take 5 s
+    assert slow_but_fine.fraction == 1.0
+
+
 # -- 7. all-or-nothing scoring, as HumanEval's check ---------------------------------------------------
 
 RETURNS_NONE = "def first_even(xs):\n    return None\n"

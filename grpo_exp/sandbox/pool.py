@@ -98,6 +98,10 @@ class Sandbox:
                     results[n] = result
         return results
 
+    def test_limit(self, spec: TestSpec) -> float:
+        """The per-test limit that candidates for ``spec`` get (measuring its reference if need be)."""
+        return self._test_limits([spec]).get(_spec_key(spec), self.limits.test_timeout_s)
+
     def _test_limits(self, specs: Sequence[TestSpec | None]) -> dict[str, float]:
         """Per-test limits of the problems among ``specs`` that have a reference solution.
 
