@@ -95,6 +95,8 @@ def test_code_tests_rejects_bad_settings():
         get("code_tests")([ADD], **(SANDBOX | {"isolation": "chroot"}), test_list=[["assert add(1, 1) == 2"]])
     with pytest.raises(UserError, match="timeout_s"):
         get("code_tests")([ADD], **(SANDBOX | {"timeout_s": 0}), test_list=[["assert add(1, 1) == 2"]])
+    with pytest.raises(UserError, match="partial_credit"):
+        get("code_tests")([ADD], **SANDBOX, partial_credit="yes", test_list=[["assert add(1, 1) == 2"]])
 
 
 # -- code_complexity ---------------------------------------------------------------------------------

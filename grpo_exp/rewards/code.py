@@ -76,6 +76,8 @@ def code_tests(
     none. ``partial_credit=False`` scores all-or-nothing, as HumanEval's own ``check`` does.
     Identical (code, tests) pairs are cached.
     """
+    if not isinstance(partial_credit, bool):
+        raise UserError(f"code_tests: partial_credit must be true or false, got {partial_credit!r}")
     limits = _limits(timeout_s, test_timeout_s, memory_mb, max_processes, reference_time_multiple, min_test_timeout_s)
     sandbox = _sandbox(limits, workers, isolation)
     specs = _specs(len(completions), columns)
