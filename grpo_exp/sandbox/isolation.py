@@ -249,7 +249,7 @@ def resolve(requested: str) -> str:
         if found and found[0] != "bwrap":
             warn_once(
                 "weaker-than-bwrap",
-                f"SANDBOX WITHOUT BUBBLEWRAP: bwrap does not work on this machine, so generated code runs "
+                "SANDBOX WITHOUT BUBBLEWRAP: bwrap does not work on this machine, so generated code runs "
                 f"under {found[0]} and CAN READ WORLD-READABLE HOST FILES. Install bubblewrap "
                 f"({INSTALL_BWRAP}) for a sandbox that sees no host files.",
             )
@@ -257,8 +257,8 @@ def resolve(requested: str) -> str:
             return found[0]
         warn_once(
             "no-namespaces",
-            f"SANDBOX WITHOUT NAMESPACES: neither bwrap nor unshare works on this machine, so "
-            f"generated code runs with resource limits only and CAN USE THE NETWORK AND READ HOST "
+            "SANDBOX WITHOUT NAMESPACES: neither bwrap nor unshare works on this machine, so "
+            "generated code runs with resource limits only and CAN USE THE NETWORK AND READ HOST "
             f"FILES. Install bubblewrap ({INSTALL_BWRAP}) or allow user namespaces.",
         )
         return "none"

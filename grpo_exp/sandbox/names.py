@@ -12,7 +12,8 @@ nothing either, passes). So, in this order, a free name of the tests is
 2. a standard module of ``TEST_MODULES``, the grader's own;
 3. one of the candidate's names when the problem says which (``entry_point``, and what the
    reference solution defines at top level): a handle into the sandbox;
-4. a public name of one of those modules (``Counter``, ``reduce``, ``sqrt``): the grader's own.
+4. a public class or function of one of those modules (``Counter``, ``reduce``, ``sqrt``), unless
+   it is also a module's name (``time``): the grader's own.
    When the problem does not name the candidate's functions, only classes are taken this way,
    since a lowercase name (``gcd``) may well be the function under test;
 5. anything else: the candidate's.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import sys
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
@@ -99,6 +101,6 @@ def _std_exports() -> dict[str, Any]:
         public = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
         for name in public:
             value = getattr(module, name, None)
-            if value is not None and not isinstance(value, type(module)):
-                exports.setdefault(name, value)
+            if callable(value) and not isinstance(value, type(module)) and name not in sys.stdlib_module_names:
+                exports.setdefault(name, value)  # not ``time`` (datetime.time): a test may mean the module
     return exports
