@@ -141,8 +141,23 @@ def hierarchies() -> tuple[Hierarchy, ...]:
         found = tuple(h for h in (memory, pids) if h is not None) if memory else ()
     if found and not _works(found):
         found = ()
+    for hierarchy in found:
+        _remove_stale(hierarchy.parent)
     log.debug("sandbox cgroups: %s", found or "none usable")
     return found
+
+
+def _remove_stale(parent: str) -> None:
+    """Remove the empty cgroups that trainers killed before their clean-up left behind."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(PREFIX + "-")]
+    except OSError:
+        return
+    for name in names:
+        owner = name[len(PREFIX) + 1 :].partition("-")[0]
+        if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(parent, name))  # refused while processes remain inside
 
 
 def _mounts() -> dict[str, list[tuple[str, str, set[str]]]]:
