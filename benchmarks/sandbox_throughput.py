@@ -1,23 +1,31 @@
-"""Snippets per second through ``grpo_exp.sandbox``, per isolation mode.
+"""Snippets per second through ``grpo_exp.sandbox``, per isolation mode and per-test time limit.
 
-Two workloads, each snippet distinct (so the cache never helps) and graded against 3 asserts:
+Two workloads, each snippet distinct (so the cache never helps) and graded against 3 asserts of a
+problem that has a reference solution:
 
 - ``trivial``: a correct one-line function;
 - ``mix``: the same, except that a share of the snippets spin forever (``while True: pass``),
-  so each of those holds a worker and a CPU until its snippet timeout.
+  so each of those holds a worker and a CPU until its time limits end it.
 
-Usage (prints a Markdown table)::
+Each is run with the configured per-test limit (``configured``) and with the limit derived from
+the reference solution's measured time (``from reference``: ``--multiple`` times its slowest
+test, at least ``--floor-s``), alternately, so both see the same machine load. Then every
+reference solution of the shipped problems (``grpo_exp/data/code_generation.jsonl``) is graded as
+a candidate under the derived limits: the held-in check, which must pass them all.
 
-    .venv/bin/python benchmarks/sandbox_throughput.py                 # every mode that works here
-    .venv/bin/python benchmarks/sandbox_throughput.py --modes bwrap --workers 2 4 --snippets 300
+Usage (prints Markdown tables)::
+
+    .venv/bin/python benchmarks/sandbox_throughput.py                 # the best mode, 2 workers
+    .venv/bin/python benchmarks/sandbox_throughput.py --modes bwrap unshare none --workers 2 4
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,13 +33,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes
-from grpo_exp.sandbox.isolation import interpreter
 
-TESTS = TestSpec.mbpp(["assert add(1, 2) == 3", "assert add(2, 3) == 5", "assert add(-1, 1) == 0"])
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEMS = ROOT / "grpo_exp" / "data" / "code_generation.jsonl"
+REFERENCE = "def add(a, b):\n    return a + b\n"
+TESTS = TestSpec.mbpp(
+    ["assert add(1, 2) == 3", "assert add(2, 3) == 5", "assert add(-1, 1) == 0"], entry_point="add", reference=REFERENCE
+)
 GOOD = "def add(a, b):\n    return a + b  # {n}\n"
 SPIN = "def add(a, b):\n    while True:  # {n}\n        pass\n"
 WARMUP_SNIPPETS = 4
-BARE_STARTS = 30
 
 
 def workload(kind: str, count: int, spin_share: float, tag: str) -> list[tuple[str, TestSpec]]:
@@ -40,58 +51,77 @@ def workload(kind: str, count: int, spin_share: float, tag: str) -> list[tuple[s
     return [((SPIN if every and n % every == every - 1 else GOOD).format(n=f"{tag}-{n}"), TESTS) for n in range(count)]
 
 
-def measure(box: Sandbox, kind: str, count: int, spin_share: float, repeats: int) -> tuple[float, float]:
-    """Median snippets/s over ``repeats`` runs, and the share of snippets that passed all tests."""
-    rates, passed = [], 0.0
-    for r in range(repeats):
-        items = workload(kind, count, spin_share, f"{box.mode}-{box.workers}-{kind}-{r}-{time.time_ns()}")
-        started = time.perf_counter()
-        results = box.grade_many(items)
-        rates.append(count / (time.perf_counter() - started))
-        passed = sum(res.fraction == 1.0 for res in results) / count
-    return statistics.median(rates), passed
-
-
-def bare_interpreter_ms() -> float:
-    """Cost of one fresh ``python -I -S`` doing nothing, started from this process."""
+def rate(box: Sandbox, kind: str, count: int, spin_share: float) -> tuple[float, float]:
+    """Snippets/s of one run, and the share of snippets that passed all tests."""
+    items = workload(kind, count, spin_share, f"{box.mode}-{box.workers}-{kind}-{time.time_ns()}")
     started = time.perf_counter()
-    for _ in range(BARE_STARTS):
-        subprocess.run([interpreter(), "-I", "-S", "-c", "pass"], check=True)
-    return (time.perf_counter() - started) / BARE_STARTS * 1000
+    results = box.grade_many(items)
+    elapsed = time.perf_counter() - started
+    return count / elapsed, sum(r.fraction == 1.0 for r in results) / count
+
+
+def held_in(box: Sandbox) -> tuple[int, int, float]:
+    """Shipped reference solutions that pass under ``box``'s limits, of those with tests; slowest s."""
+    rows = [json.loads(line) for line in PROBLEMS.read_text().splitlines() if line.strip()]
+    items = []
+    for row in rows:
+        spec = TestSpec.from_row(
+            row["test_list"], row["test"], row["entry_point"], row["test_setup_code"], reference=row["reference"]
+        )
+        if spec is not None:
+            items.append((row["reference"] + "\n# as a candidate\n", spec))
+    results = box.grade_many(items)
+    passed = sum(r is not None and r.fraction == 1.0 for r in results)
+    return passed, len(items), max(r.wall_s for r in results if r is not None)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--modes", nargs="+", default=None, help="default: every working mode, then none")
-    parser.add_argument("--workers", nargs="+", type=int, default=[os.cpu_count() or 1])
-    parser.add_argument("--snippets", type=int, default=200)
+    parser.add_argument("--modes", nargs="+", default=None, help="default: the strongest working mode")
+    parser.add_argument("--workers", nargs="+", type=int, default=[2])
+    parser.add_argument("--snippets", type=int, default=100)
     parser.add_argument("--spin-share", type=float, default=0.1, help="share of spinning snippets in the mix")
-    parser.add_argument("--timeout-s", type=float, default=1.0, help="per-snippet timeout for the mix")
-    parser.add_argument("--test-timeout-s", type=float, default=0.5)
-    parser.add_argument("--max-restarts", type=int, default=Limits.max_restarts)
+    parser.add_argument("--timeout-s", type=float, default=10.0, help="per snippet (conf/reward/code_generation)")
+    parser.add_argument("--test-timeout-s", type=float, default=2.0, help="configured per-test limit")
+    parser.add_argument("--multiple", type=float, default=10.0, help="reference_time_multiple")
+    parser.add_argument("--floor-s", type=float, default=0.25, help="min_test_timeout_s")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-prestart", action="store_true", help="start each interpreter only when needed")
     args = parser.parse_args()
-    modes = args.modes or [*available_modes(), "none"]
-    limits = Limits(timeout_s=args.timeout_s, test_timeout_s=args.test_timeout_s, max_restarts=args.max_restarts)
+    modes = args.modes or (available_modes() or ["none"])[:1]
+    configured = Limits(timeout_s=args.timeout_s, test_timeout_s=args.test_timeout_s)
+    derived = dataclasses.replace(configured, reference_time_multiple=args.multiple, min_test_timeout_s=args.floor_s)
 
-    print(f"CPUs: {os.cpu_count()}; load average before: {os.getloadavg()[0]:.2f}; python: {interpreter()}")
-    print(f"bare `python -I -S -c pass`: {bare_interpreter_ms():.1f} ms per start (sequential)\n")
-    print(f"{args.snippets} snippets x 3 asserts, median of {args.repeats}; mix: {args.spin_share:.0%} spin until the")
-    print(f"{args.timeout_s} s snippet timeout ({args.test_timeout_s} s per test, {args.max_restarts} restarts);")
-    print(f"interpreters booted ahead: {'no' if args.no_prestart else 'yes'}\n")
-    print("| isolation | workers | trivial (snippets/s) | mix (snippets/s) |")
-    print("|---|---|---|---|")
+    print(f"CPUs: {os.cpu_count()}; load average before: {os.getloadavg()[0]:.2f}")
+    print(f"{args.snippets} snippets x 3 asserts, median of {args.repeats} runs (settings alternating);")
+    print(f"mix: {args.spin_share:.0%} spin; timeout_s={args.timeout_s}, test_timeout_s={args.test_timeout_s},")
+    print(f"from reference: {args.multiple:g} x the reference's slowest test, at least {args.floor_s} s\n")
+    print("| isolation | workers | per-test limit | trivial (snippets/s) | mix (snippets/s) |")
+    print("|---|---|---|---|---|")
     for mode in modes:
         for workers in args.workers:
-            box = Sandbox(limits, isolation=mode, workers=workers, cache_size=0, prestart=not args.no_prestart)
-            with box:
+            boxes = {name: Sandbox(limits, isolation=mode, workers=workers, cache_size=0)
+                     for name, limits in (("configured", configured), ("from reference", derived))}  # fmt: skip
+            figures: dict[str, dict[str, list[float]]] = {name: {"trivial": [], "mix": []} for name in boxes}
+            for box in boxes.values():
                 box.grade_many(workload("trivial", WARMUP_SNIPPETS, 0, f"warmup-{mode}-{workers}"))
-                trivial, ok = measure(box, "trivial", args.snippets, 0, args.repeats)
-                assert ok == 1.0, f"{mode}: correct snippets failed"
-                mix, ok = measure(box, "mix", args.snippets, args.spin_share, args.repeats)
-                print(f"| {mode} | {workers} | {trivial:.1f} | {mix:.1f} (passed {ok:.0%}) |", flush=True)
-    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+            for _ in range(args.repeats):
+                for kind in ("trivial", "mix"):
+                    for name, box in boxes.items():
+                        speed, ok = rate(box, kind, args.snippets, args.spin_share if kind == "mix" else 0)
+                        assert ok == 1.0 or kind == "mix", f"{mode}: correct snippets failed"
+                        assert abs(ok - (1 - args.spin_share)) < 0.02 or kind == "trivial", f"{name}: mix passed {ok}"
+                        figures[name][kind].append(speed)
+            for name, box in boxes.items():
+                limit = box.test_limit(TESTS)
+                trivial, mix = (statistics.median(figures[name][k]) for k in ("trivial", "mix"))
+                print(f"| {mode} | {workers} | {name} ({limit:.2f} s) | {trivial:.1f} | {mix:.1f} |", flush=True)
+            passed, total, slowest = held_in(boxes["from reference"])
+            print(f"\nheld-in ({mode}): {passed}/{total} shipped reference solutions pass under the derived limits")
+            print(f"(slowest snippet {slowest:.2f} s)\n")
+            assert passed == total, "a correct held-in solution failed under the derived limits"
+            for box in boxes.values():
+                box.close()
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def test_code_tests_reuses_one_sandbox_per_settings_and_caches_results():
     settings = SANDBOX | {"timeout_s": 2.5}
     get("code_tests")([ADD + "\n# reuse"], **settings, **tests, **_extras(1))
     sandboxes = dict(code_rewards._sandboxes)
-    box = next(b for key, b in sandboxes.items() if key[0] == 2.5)
+    box = next(b for key, b in sandboxes.items() if key[0].timeout_s == 2.5)
     hits = box.cache_stats.hits
     assert get("code_tests")([ADD + "\n# reuse"], **settings, **tests, **_extras(1)) == [1.0]
     assert code_rewards._sandboxes == sandboxes
@@ -95,6 +95,8 @@ def test_code_tests_rejects_bad_settings():
         get("code_tests")([ADD], **(SANDBOX | {"isolation": "chroot"}), test_list=[["assert add(1, 1) == 2"]])
     with pytest.raises(UserError, match="timeout_s"):
         get("code_tests")([ADD], **(SANDBOX | {"timeout_s": 0}), test_list=[["assert add(1, 1) == 2"]])
+    with pytest.raises(UserError, match="partial_credit"):
+        get("code_tests")([ADD], **SANDBOX, partial_credit="yes", test_list=[["assert add(1, 1) == 2"]])
 
 
 # -- code_complexity ---------------------------------------------------------------------------------

@@ -19,7 +19,10 @@ from grpo_exp.rewards.registry import register
 from grpo_exp.sandbox import Limits, Sandbox, TestSpec, extract_code
 
 MI_SCALE = 100.0  # radon's maintainability index runs from 0 to 100
-TEST_COLUMNS = ("test_list", "test", "entry_point", "test_setup_code")
+TEST_COLUMNS = ("test_list", "test", "entry_point", "test_setup_code", "test_imports")
+# a correct solution, by dataset: this project's and MBPP-style ``reference``/``code``, or
+# HumanEval's ``canonical_solution`` (a body that completes the prompt)
+REFERENCE_COLUMNS = ("reference", "code", "canonical_solution")
 
 _sandboxes: dict[tuple, Sandbox] = {}
 _sandboxes_lock = threading.Lock()
@@ -55,20 +58,35 @@ def code_tests(
     memory_mb: int,
     workers: int | None,
     isolation: str,
+    partial_credit: bool = True,
+    reference_time_multiple: float | None = None,
+    min_test_timeout_s: float = Limits.min_test_timeout_s,
+    max_processes: int = Limits.max_processes,
     **columns: Any,
 ) -> list[float | None]:
-    """Fraction of the sample's unit tests the extracted code passes; None for a sample without tests.
+    """Share of the sample's unit tests the extracted code passes; None for a sample without tests.
 
-    Tests come from the dataset columns ``test_list`` (+ ``test_setup_code``), MBPP style, or
-    ``test`` + ``entry_point``, HumanEval style. The whole batch runs in parallel in one sandbox
+    Tests come from the dataset columns ``test_list`` (+ ``test_setup_code``, ``test_imports``),
+    MBPP style, or ``test`` + ``entry_point``, HumanEval style (the prompt's helper definitions
+    are the dataset's, never the candidate's). The whole batch runs in parallel in one sandbox
     per distinct settings, reused across calls: ``timeout_s`` per completion, ``test_timeout_s``
-    per test, ``memory_mb`` of address space, ``workers`` parallel interpreters (None: one per
-    CPU), ``isolation`` auto | bwrap | unshare | none. Identical (code, tests) pairs are cached.
+    per test (or less: ``reference_time_multiple`` times the reference solution's slowest test,
+    at least ``min_test_timeout_s``), ``memory_mb`` and ``max_processes`` per completion,
+    ``workers`` parallel interpreters (None: one per CPU), ``isolation`` auto | bwrap | unshare |
+    none. ``partial_credit=False`` scores all-or-nothing, as HumanEval's own ``check`` does.
+    Identical (code, tests) pairs are cached.
     """
-    sandbox = _sandbox(timeout_s, test_timeout_s, memory_mb, workers, isolation)
+    if not isinstance(partial_credit, bool):
+        raise UserError(f"code_tests: partial_credit must be true or false, got {partial_credit!r}")
+    limits = _limits(timeout_s, test_timeout_s, memory_mb, max_processes, reference_time_multiple, min_test_timeout_s)
+    sandbox = _sandbox(limits, workers, isolation)
     specs = _specs(len(completions), columns)
     results = sandbox.grade_many([(extract_code(c), spec) for c, spec in zip(completions, specs, strict=True)])
-    return [None if r is None else r.fraction for r in results]
+    scores: list[float | None] = []
+    for result in results:
+        fraction = None if result is None else result.fraction
+        scores.append(fraction if fraction is None or partial_credit else float(fraction == 1.0))
+    return scores
 
 
 @register("code_complexity")
@@ -106,40 +124,78 @@ def code_complexity(completions: list[str], *, max_complexity: float, **_: Any) 
     return scores
 
 
-def _sandbox(timeout_s: float, test_timeout_s: float, memory_mb: int, workers: int | None, isolation: str) -> Sandbox:
+def _limits(
+    timeout_s: float,
+    test_timeout_s: float,
+    memory_mb: int,
+    max_processes: int,
+    reference_time_multiple: float | None,
+    min_test_timeout_s: float,
+) -> Limits:
+    try:
+        return Limits(
+            timeout_s=float(timeout_s),
+            test_timeout_s=float(test_timeout_s),
+            memory_mb=int(memory_mb),
+            max_processes=int(max_processes),
+            reference_time_multiple=None if reference_time_multiple is None else float(reference_time_multiple),
+            min_test_timeout_s=float(min_test_timeout_s),
+        )
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"code_tests: {exc}") from None
+
+
+def _sandbox(limits: Limits, workers: int | None, isolation: str) -> Sandbox:
     """One sandbox per distinct settings, kept for the life of the process."""
-    key = (float(timeout_s), float(test_timeout_s), int(memory_mb), workers, isolation)
+    key = (limits, workers, isolation)
     with _sandboxes_lock:
         if key not in _sandboxes:
-            try:
-                limits = Limits(timeout_s=key[0], test_timeout_s=key[1], memory_mb=key[2])
-            except ValueError as exc:
-                raise UserError(f"code_tests: {exc}") from None
             _sandboxes[key] = Sandbox(limits, isolation=isolation, workers=workers)
         return _sandboxes[key]
 
 
 def _specs(count: int, columns: dict[str, Any]) -> list[TestSpec | None]:
     """Per-completion test specs from the dataset columns TRL passes (any may be missing)."""
-    values = {name: columns.get(name) or [None] * count for name in TEST_COLUMNS}
+    values = {name: columns.get(name) or [None] * count for name in (*TEST_COLUMNS, *REFERENCE_COLUMNS, "prompts")}
     for name, column in values.items():
         if len(column) != count:
             raise UserError(f"code_tests: column {name!r} has {len(column)} values for {count} completions")
     specs = []
     for n in range(count):
-        test_list = values["test_list"][n]
-        if isinstance(test_list, str):
-            test_list = [test_list]
+        prompt = _prompt_text(values["prompts"][n])
         specs.append(
             TestSpec.from_row(
-                test_list=_as_list(test_list),
+                test_list=_as_list(values["test_list"][n]),
                 test=values["test"][n],
                 entry_point=values["entry_point"][n],
                 test_setup_code=values["test_setup_code"][n],
+                prompt=prompt,
+                reference=_reference(values, n, prompt),
+                test_imports=_as_list(values["test_imports"][n]),
             )
         )
     return specs
 
 
-def _as_list(value: Sequence[str] | None) -> list[str] | None:
+def _prompt_text(prompt: Any) -> str:
+    """The problem text of a prompt: itself, or the last user message of a conversation."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        if users and isinstance(users[-1], str):
+            return users[-1]
+    return ""
+
+
+def _reference(values: dict[str, list[Any]], n: int, prompt: str) -> str:
+    if values["reference"][n] or values["code"][n]:
+        return str(values["reference"][n] or values["code"][n])
+    body = values["canonical_solution"][n]
+    return prompt + str(body) if body else ""
+
+
+def _as_list(value: Sequence[str] | str | None) -> list[str] | None:
+    if isinstance(value, str):
+        return [value]
     return None if value is None else [str(v) for v in value]

@@ -8,15 +8,21 @@ So each snippet gets:
   removed afterwards (``process``); it is booted one snippet ahead to hide the start-up
   latency, but never reused (``spares``);
 - kernel limits on CPU time, address space, file size, processes and open files, plus
-  wall-clock timeouts per snippet and per test and a cap on the output the parent reads
-  (``limits``); every process it started is killed at the end (``process``);
+  wall-clock timeouts per snippet and per test (per test: a multiple of the reference
+  solution's time where the problem has one) and a cap on the output the parent reads
+  (``limits``); a cgroup holds the memory and processes of the whole snippet where the machine
+  allows, else it may not fork (``cgroups``); every process it started is killed at the end
+  (``process``);
 - Linux namespaces where the machine allows: no network, no host processes, and under bwrap no
-  host files (``isolation``, which also lists what each weaker mode lets through); a root
-  trainer runs it under a throw-away uid (``identity``);
+  host files; under unshare private /tmp-like folders and no /root or password hashes
+  (``isolation``, which also lists what each weaker mode lets through); a root trainer runs it
+  under a throw-away uid (``identity``);
 - a verdict decided in the trusted parent (``grading``, ``remote``): the tests run in the
   parent and only the candidate's own calls cross into the sandbox, with plain data coming
-  back. Exiting early, printing "PASSED", forging the reply pipe or returning an object whose
-  ``__eq__`` is always true gains nothing.
+  back, decoded in linear time (``codec``); helpers the tests use are the dataset's (``names``);
+  exceptions come back by class and bases. Exiting early, printing "PASSED", forging the reply
+  pipe, redefining a helper or returning an object whose ``__eq__`` is always true gains
+  nothing.
 
 Only the standard library is importable in the sandbox (the trainer's base interpreter with
 ``-I -S``; no site-packages).

@@ -24,6 +24,7 @@ import resource
 import sys
 
 MAX_DEPTH = 100
+MAX_EXCEPTION_BASES = 16  # as in remote.py
 _CONVERSIONS = {"list": list, "len": len}
 READ_CHUNK = 65536
 LENGTH_BYTES = 4
@@ -127,6 +128,14 @@ class _Codec:
         raise ValueError(tag)
 
 
+def _exception_classes(exc):
+    """The raised exception's classes, most derived first, as a JSON list of hex "module:qualname"."""
+    names = []
+    for kind in type(exc).__mro__[:MAX_EXCEPTION_BASES]:
+        names.append(_q(_hex(str(getattr(kind, "__module__", "?")) + ":" + str(getattr(kind, "__qualname__", "?")))))
+    return "[" + ",".join(names) + "]"
+
+
 def _serve(job, in_fd, out_fd):
     names = {"__name__": "solution", "__builtins__": builtins}
     try:
@@ -153,7 +162,7 @@ def _serve(job, in_fd, out_fd):
                 value = _CONVERSIONS[req["fn"]](codec.dec(req["o"]))
             reply = head + '"v":' + codec.enc(value) + "}"
         except BaseException as exc:
-            reply = head + '"e":' + _q(_hex(type(exc).__name__)) + "}"
+            reply = head + '"e":' + _exception_classes(exc) + "}"
         _write(out_fd, reply)
 
 

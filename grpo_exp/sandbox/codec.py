@@ -9,7 +9,10 @@ candidate's program (parent to child only). Parent to child the lists travel in 
 child to parent in JSON.
 
 Decoding is strict and builds only exact builtin types, so nothing the child sends can carry
-behaviour (an ``__eq__`` that is always true, say) into the parent.
+behaviour (an ``__eq__`` that is always true, say) into the parent. Its cost is linear in the
+message: a set or dict whose keys share one hash value (ints that are multiples of 2**61 - 1, say;
+str and bytes hashes are salted, int, float and tuple hashes are not) would take quadratic time to
+build in C, holding the GIL, so more than ``MAX_SAME_HASH`` such keys are refused instead.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 MAX_DEPTH = 100  # deeper values are refused on both sides
+MAX_SAME_HASH = 32  # distinct keys of one set/dict sharing a hash; honest data never gets close
 
 _SEQUENCES: dict[str, type] = {"l": list, "t": tuple, "S": set, "F": frozenset}
+_HASHED = frozenset({"S", "F"})
 _SEQUENCE_TAGS: dict[type, str] = {kind: tag for tag, kind in _SEQUENCES.items()}
 _SCALARS = (bool, int, float, str, bytes, complex)
 
@@ -80,9 +85,14 @@ def decode(obj: Any, make_ref: Callable[[int], Any], depth: int = 0) -> Any:
         if tag == "c" and all(type(a) is str for a in args[:2]):
             return complex(float(args[0]), float(args[1]))
         if tag in _SEQUENCES and type(args[0]) is list:
-            return _SEQUENCES[tag](decode(v, make_ref, depth + 1) for v in args[0])
+            items = [decode(v, make_ref, depth + 1) for v in args[0]]
+            if tag in _HASHED:
+                _refuse_hash_floods(items)
+            return _SEQUENCES[tag](items)
         if tag == "d" and type(args[0]) is list:
-            return {_pair_key(p, make_ref, depth): decode(p[1], make_ref, depth + 1) for p in args[0]}
+            keys = [_pair_key(p, make_ref, depth) for p in args[0]]
+            _refuse_hash_floods(keys)
+            return dict(zip(keys, [decode(p[1], make_ref, depth + 1) for p in args[0]], strict=True))
         if tag == "r" and type(args[0]) is int:
             return make_ref(args[0])
     except (IndexError, TypeError, ValueError, OverflowError, UnicodeDecodeError) as exc:
@@ -93,6 +103,16 @@ def decode(obj: Any, make_ref: Callable[[int], Any], depth: int = 0) -> Any:
 def unhex(text: str) -> str:
     """Text the child sent as hex UTF-8 (lone surrogates allowed, as Python strings allow them)."""
     return bytes.fromhex(text).decode("utf-8", "surrogatepass")
+
+
+def _refuse_hash_floods(keys: list[Any]) -> None:
+    """Raise CodecError when too many keys share a hash (their set would build in quadratic time)."""
+    counts: dict[int, int] = {}
+    for key in keys:
+        h = hash(key)  # TypeError for an unhashable key, as the set itself would raise
+        counts[h] = seen = counts.get(h, 0) + 1
+        if seen > MAX_SAME_HASH:
+            raise CodecError(f"more than {MAX_SAME_HASH} keys of one set or dict share a hash value")
 
 
 def _pair_key(pair: Any, make_ref: Callable[[int], Any], depth: int) -> Any:

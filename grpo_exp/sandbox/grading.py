@@ -11,17 +11,20 @@ Two dataset shapes:
   steps run in order. A ``check`` whose body cannot be run statement by statement (it returns
   or yields) counts as a single test.
 
-The test code runs in the parent, as trusted dataset code, in a fresh namespace per sample. Each
-name the tests use but do not define, and that is neither a builtin nor one of a few standard
-modules, becomes a ``RemoteRef`` into the candidate's program: calling it runs the candidate's
-code in the sandbox and brings back plain data only. The comparisons themselves (``==``,
+Both shapes may carry ``helpers`` (trusted code the problem supplies: the definitions of a
+HumanEval prompt, MBPP's ``test_imports``) and a ``reference`` solution (its measured time sets
+the per-test limit, see ``pool``; its top-level definitions name the candidate's functions).
+
+The test code runs in the parent, as trusted dataset code, in a fresh namespace per sample.
+``names`` decides where each name the tests use comes from: the problem's own code and standard
+modules are the grader's, and only the candidate's functions become a ``RemoteRef`` into the
+candidate's program: calling it runs the candidate's code in the sandbox and brings back plain
+data only. The comparisons themselves (``==``,
 ``math.isclose``, ...) therefore run in the parent on plain values, and the candidate never
 sees an expected value, only the arguments of its own calls.
 
-Weaker spots, by design: a test that needs the candidate's objects to behave (compare them,
-print them, or see arguments mutated in place) cannot be graded this way and fails; a helper
-the test borrows from the candidate's program (HumanEval's ``poly``, say) is the candidate's
-own and so as trustworthy as the candidate.
+Weaker spot, by design: a test that needs the candidate's objects to behave (compare them,
+print them, or see arguments mutated in place) cannot be graded this way and fails.
 """
 
 from __future__ import annotations
@@ -34,15 +37,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_exp.sandbox.names import TEST_MODULES, defined_names, free_names, prompt_helpers, std_object
 from grpo_exp.sandbox.remote import LoadFailed, RemoteRef, RemoteSession, SandboxFault, TestTimeout
 from grpo_exp.sandbox.spares import ChildSource
-
-# Standard modules a test may use without importing them (MBPP tests lean on the candidate's
-# imports). They are bound to the parent's real modules so the candidate cannot replace them.
-TEST_MODULES = frozenset(
-    {"math", "cmath", "re", "string", "random", "collections", "itertools", "functools", "heapq",
-     "bisect", "statistics", "fractions", "decimal", "operator", "copy", "datetime", "json"}
-)  # fmt: skip
 
 PASSED, FAILED, ERROR, TIMEOUT = "passed", "failed", "error", "timeout"
 FALLBACK_CANDIDATE = "__candidate__"  # what check() is called with when run as one test
@@ -58,14 +55,26 @@ class TestSpec:
     setup: str = ""
     check: str | None = None
     entry_point: str | None = None
+    helpers: str = ""  # trusted definitions the tests may use, run in the grader before them
+    reference: str = ""  # a correct solution: times the tests and names the candidate's functions
 
     @classmethod
-    def mbpp(cls, test_list: Sequence[str], setup: str | None = None) -> TestSpec:
-        return cls(asserts=tuple(test_list), setup=setup or "")
+    def mbpp(
+        cls,
+        test_list: Sequence[str],
+        setup: str | None = None,
+        *,
+        entry_point: str | None = None,
+        helpers: str = "",
+        reference: str = "",
+    ) -> TestSpec:
+        return cls(tuple(test_list), setup or "", None, entry_point, helpers, reference)
 
     @classmethod
-    def humaneval(cls, test: str, entry_point: str) -> TestSpec:
-        return cls(check=test, entry_point=entry_point)
+    def humaneval(cls, test: str, entry_point: str, *, prompt: str = "", reference: str = "") -> TestSpec:
+        """``prompt``: the problem's code prompt, whose helper definitions the tests may use."""
+        helpers = prompt_helpers(prompt, entry_point)
+        return cls(check=test, entry_point=entry_point, helpers=helpers, reference=reference)
 
     @classmethod
     def from_row(
@@ -74,12 +83,19 @@ class TestSpec:
         test: str | None = None,
         entry_point: str | None = None,
         test_setup_code: str | None = None,
+        *,
+        prompt: str | None = None,
+        reference: str | None = None,
+        test_imports: Sequence[str] | None = None,
     ) -> TestSpec | None:
         """The spec of one dataset row, or None when it has no tests."""
         if test_list:
-            return cls.mbpp(test_list, test_setup_code)
+            imports = "\n".join(test_imports or ())
+            return cls.mbpp(
+                test_list, test_setup_code, entry_point=entry_point or None, helpers=imports, reference=reference or ""
+            )
         if test and entry_point:
-            return cls.humaneval(test, entry_point)
+            return cls.humaneval(test, entry_point, prompt=prompt or "", reference=reference or "")
         return None
 
 
@@ -96,6 +112,7 @@ class GradeResult:
     wall_s: float = 0.0
     interpreters: int = 0  # fresh interpreters started (restarts after a killed test included)
     cached: bool = False
+    test_s: tuple[float, ...] = ()  # per test: time spent waiting on the candidate's answers
 
     @property
     def fraction(self) -> float | None:
@@ -121,6 +138,7 @@ class Suite:
     entry_point: str | None = None
     remote_names: list[str] = field(default_factory=list)
     module_names: list[str] = field(default_factory=list)
+    std_names: list[str] = field(default_factory=list)  # public names of standard modules
 
     @property
     def total(self) -> int:
@@ -129,20 +147,29 @@ class Suite:
 
 def compile_suite(spec: TestSpec) -> Suite:
     """Parse and compile a spec; raises SyntaxError/ValueError for unreadable tests."""
+    trees = [ast.parse(spec.helpers)] if spec.helpers else []
+    steps = [_Step("helpers", compile(trees[0], "<problem helpers>", "exec"), False)] if spec.helpers else []
     if spec.check is not None:
         suite = _humaneval_suite(spec.check, spec.entry_point or "")
-        trees = [ast.parse(spec.check)]
+        suite.steps[:0] = steps
+        trees.append(ast.parse(spec.check))
     else:
-        trees = [ast.parse(spec.setup)] if spec.setup else []
-        steps = [_Step("setup", compile(trees[0], "<test setup>", "exec"), False)] if spec.setup else []
+        if spec.setup:
+            trees.append(ast.parse(spec.setup))
+            steps.append(_Step("setup", compile(trees[-1], "<test setup>", "exec"), False))
         for n, source in enumerate(spec.asserts):
             tree = ast.parse(source)
             trees.append(tree)
             steps.append(_Step(f"test {n}", compile(tree, f"<test {n}>", "exec"), True))
-        suite = Suite(steps)
-    free = sorted(_free_names(trees) - {suite.candidate_name})
-    suite.module_names = [name for name in free if name in TEST_MODULES]
-    suite.remote_names = [name for name in free if name not in TEST_MODULES]
+        suite = Suite(steps, entry_point=spec.entry_point)
+    candidates = defined_names(spec.reference) | ({spec.entry_point} if spec.entry_point else set())
+    for name in sorted(free_names(trees) - {suite.candidate_name}):
+        if name in TEST_MODULES:
+            suite.module_names.append(name)
+        elif name not in candidates and std_object(name, classes_only=not candidates) is not None:
+            suite.std_names.append(name)
+        else:
+            suite.remote_names.append(name)
     return suite
 
 
@@ -184,29 +211,11 @@ def _is_test(stmt: ast.stmt) -> bool:
     return any(not isinstance(a.test, ast.Constant) for a in asserts)
 
 
-def _free_names(trees: Sequence[ast.AST]) -> set[str]:
-    """Names read but bound nowhere in the test code and not builtins (conservative)."""
-    loaded: set[str] = set()
-    bound: set[str] = set()
-    for tree in trees:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name):
-                (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                bound.add(node.name)
-            elif isinstance(node, ast.arg):
-                bound.add(node.arg)
-            elif isinstance(node, ast.alias):
-                bound.add((node.asname or node.name).split(".")[0])
-            elif isinstance(node, ast.ExceptHandler) and node.name:
-                bound.add(node.name)
-            elif isinstance(node, (ast.Global, ast.Nonlocal)):
-                bound.update(node.names)
-    return {name for name in loaded - bound if not hasattr(builtins, name)}
+def grade(code: str, spec: TestSpec, source: ChildSource, test_timeout_s: float | None = None) -> GradeResult:
+    """Run ``spec`` against the candidate ``code``; the verdict is decided here, in the parent.
 
-
-def grade(code: str, spec: TestSpec, source: ChildSource) -> GradeResult:
-    """Run ``spec`` against the candidate ``code``; the verdict is decided here, in the parent."""
+    ``test_timeout_s`` overrides the per-test limit of ``source.limits`` (see ``pool``).
+    """
     started = time.monotonic()
     try:
         suite = compile_suite(spec)
@@ -217,9 +226,9 @@ def grade(code: str, spec: TestSpec, source: ChildSource) -> GradeResult:
         compile(code, "<solution>", "exec", flags=ast.PyCF_ONLY_AST)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
         return GradeResult(0, total, (FAILED,) * total, "syntax_error", type(exc).__name__, source.launcher.mode)
-    session = RemoteSession(source, code)
+    session = RemoteSession(source, code, test_timeout_s)
     try:
-        outcomes, detail = _run_steps(suite, session)
+        outcomes, detail, times = _run_steps(suite, session)
     finally:
         session.close()
     status = "load_error" if detail.startswith("load") else "ok"
@@ -232,6 +241,7 @@ def grade(code: str, spec: TestSpec, source: ChildSource) -> GradeResult:
         isolation=source.launcher.mode,
         wall_s=time.monotonic() - started,
         interpreters=session.starts,
+        test_s=tuple(times),
     )
 
 
@@ -239,6 +249,8 @@ def _namespace(suite: Suite, session: RemoteSession) -> dict[str, Any]:
     names: dict[str, Any] = {"__name__": "__test__", "__builtins__": builtins}
     for name in suite.module_names:
         names[name] = importlib.import_module(name)
+    for name in suite.std_names:
+        names[name] = std_object(name, classes_only=False)
     for name in suite.remote_names:
         names[name] = RemoteRef(session, ("g", name))
     if suite.candidate_name is not None:
@@ -246,14 +258,16 @@ def _namespace(suite: Suite, session: RemoteSession) -> dict[str, Any]:
     return names
 
 
-def _run_steps(suite: Suite, session: RemoteSession) -> tuple[list[str], str]:
+def _run_steps(suite: Suite, session: RemoteSession) -> tuple[list[str], str, list[float]]:
     names = _namespace(suite, session)
     outcomes: list[str] = []
+    times: list[float] = []
     detail = ""
     for step in suite.steps:
         if session.out_of_time():
             if step.is_test:
                 outcomes.append(TIMEOUT)
+                times.append(0.0)
             continue
         session.begin_test()
         outcome = _run_step(step.code, names)
@@ -263,7 +277,8 @@ def _run_steps(suite: Suite, session: RemoteSession) -> tuple[list[str], str]:
             detail = outcome
         if step.is_test:
             outcomes.append(outcome if outcome in (PASSED, FAILED, TIMEOUT) else ERROR)
-    return outcomes, detail
+            times.append(session.busy_s)
+    return outcomes, detail, times
 
 
 def _run_step(code: Any, names: dict[str, Any]) -> str:

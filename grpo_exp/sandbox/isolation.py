@@ -6,9 +6,14 @@ Modes (``auto`` picks the first that works on this machine, probing once per pro
   whose only contents are read-only /usr, the interpreter's own folders, a /proc of its own,
   a minimal /dev and a size-capped tmpfs as working folder. No host file outside those, no host
   process, no network. The strongest mode.
-- ``unshare`` (util-linux): new PID (with its own /proc), network, IPC and UTS namespaces. The
-  host's files stay visible and are guarded only by permissions (the snippet never runs as
-  root), so it can read world-readable host files.
+- ``unshare`` (util-linux): new PID (with its own /proc), network, IPC, UTS and mount
+  namespaces. Before dropping to the snippet's uid, a short trusted shell step mounts private,
+  size-capped tmpfs folders over the host's world-writable ones (/tmp, /var/tmp, /dev/shm,
+  /run/lock), so nothing written there reaches the host and /tmp is the working folder; it
+  hides /root (re-binding the interpreter read-only where it lives below) and the password
+  hashes (/etc/shadow, /etc/gshadow). The rest of the host's files stay visible, guarded only by
+  permissions (the snippet never runs as root and holds no capability), so it can read
+  world-readable host files. ``auto`` announces it once, loudly, with how to get bwrap.
 - ``none``: limits only. The snippet can connect to the network, read what its uid may read and
   write world-writable folders (/tmp). Chosen by ``auto`` only when no namespace tool works,
   with one loud warning per process. Without root it is weaker still: the snippet runs as the
@@ -17,15 +22,16 @@ Modes (``auto`` picks the first that works on this machine, probing once per pro
 
 A root trainer never runs a snippet as root: ``setpriv`` switches to a leased uid (see
 ``identity``), sets no_new_privs (setuid binaries such as sudo stay powerless) and clears the
-supplementary groups. Under ``unshare``/``none`` the interpreter may live where strangers cannot
-read (pyenv under /root); then that uid keeps CAP_DAC_READ_SEARCH, which lets it read files
-but not write, signal or trace anything, and does not lift the process limit.
+supplementary groups. Under ``none`` the interpreter may live where strangers cannot read
+(pyenv under /root); then that uid keeps CAP_DAC_READ_SEARCH, which lets it read files but not
+write, signal or trace anything, and does not lift the process limit.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,6 +52,12 @@ PROBE_TIMEOUT_S = 20.0
 TOP_LEVEL_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # usr-merge symlinks
 BWRAP_NAMESPACES = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
 UNSHARE_NAMESPACES = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--ipc", "--uts")
+UNSHARE_WORKDIR = "/tmp"  # a private tmpfs under unshare
+PRIVATE_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # world-writable on the host
+HIDDEN_FOLDERS = ("/root",)
+HIDDEN_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
+STAGING = "/tmp/.grpo-interpreter"  # where an interpreter below a hidden folder waits to move back
+INSTALL_BWRAP = "apt-get install -y bubblewrap"
 
 _warned: set[str] = set()
 _warn_lock = threading.Lock()
@@ -88,8 +100,13 @@ class Launcher:
 
     @property
     def host_workdir(self) -> bool:
-        """Whether the working folder is a host temp folder (else a tmpfs inside bwrap)."""
-        return self.mode != "bwrap"
+        """Whether the working folder is a host temp folder (else a private tmpfs)."""
+        return self.mode not in NAMESPACE_MODES
+
+    @property
+    def workdir(self) -> str | None:
+        """The private working folder as the snippet sees it; None: a host temp folder."""
+        return {"bwrap": SANDBOX_DIR, "unshare": UNSHARE_WORKDIR}.get(self.mode)
 
     @property
     def pid_namespace(self) -> bool:
@@ -100,12 +117,12 @@ class Launcher:
         python = [interpreter(), *python_args]
         if self.mode == "bwrap":
             return [*_bwrap_prefix(uid is None, limits.workdir_mb), *self._drop(uid, read_search=False), *python]
-        read_search = uid is not None and not _interpreter_public()
-        inner = [*self._drop(uid, read_search), *python]
         if self.mode == "unshare":
             user = () if uid is not None else ("--map-current-user",)
-            return [_tool("unshare"), *user, *UNSHARE_NAMESPACES, "--", *inner]
-        return inner
+            inner = [*self._drop(uid, read_search=False), *python]
+            return [_tool("unshare"), *user, *UNSHARE_NAMESPACES, "--", *_private_mounts(limits.workdir_mb), *inner]
+        read_search = uid is not None and not _interpreter_public()
+        return [*self._drop(uid, read_search), *python]
 
     @staticmethod
     def _drop(uid: int | None, read_search: bool) -> list[str]:
@@ -150,6 +167,35 @@ def _bwrap_prefix(unprivileged: bool, workdir_mb: int) -> tuple[str, ...]:
     args += ["--perms", "01777", "--size", str(workdir_mb * MIB), "--tmpfs", SANDBOX_DIR]
     args += ["--chdir", SANDBOX_DIR, "--"]
     return tuple(args)
+
+
+@cache
+def _private_mounts(workdir_mb: int) -> tuple[str, ...]:
+    """A ``sh -c`` prefix that, as root of a fresh mount namespace, hides the host's shared folders.
+
+    It runs before the snippet's code and before the uid drop, then execs the rest of the line.
+    """
+    size = f"size={workdir_mb * MIB},mode=1777,nosuid,nodev"
+    steps = ["set -e"]
+    roots = [r for r in interpreter_roots() if any(_below(r, h) for h in HIDDEN_FOLDERS)]
+    private = [f for f in PRIVATE_FOLDERS if os.path.isdir(f) and not os.path.islink(f)]
+    steps += [f"mount -t tmpfs -o {size} tmpfs {shlex.quote(f)}" for f in private]
+    for n, root in enumerate(roots):  # park it on the private /tmp, hide its parent, move it back
+        stage = shlex.quote(f"{STAGING}{n}")
+        steps += [f"mkdir {stage}", f"mount --bind {shlex.quote(root)} {stage}", f"mount -o remount,bind,ro {stage}"]
+    steps += [
+        f"mount -t tmpfs -o size={MIB},mode=0755 tmpfs {shlex.quote(h)}" for h in HIDDEN_FOLDERS if os.path.isdir(h)
+    ]
+    for n, root in enumerate(roots):
+        stage = shlex.quote(f"{STAGING}{n}")
+        steps += [f"mkdir -p {shlex.quote(root)}", f"mount --move {stage} {shlex.quote(root)}", f"rmdir {stage}"]
+    steps += [f"mount --bind /dev/null {shlex.quote(f)}" for f in HIDDEN_FILES if os.path.isfile(f)]
+    steps += [f"cd {UNSHARE_WORKDIR}", "unset PWD OLDPWD", 'exec "$@"']
+    return (_tool("sh"), "-c", "\n".join(steps), "sandbox-mounts")
+
+
+def _below(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 @cache
@@ -200,13 +246,20 @@ def resolve(requested: str) -> str:
         raise UserError(f"sandbox isolation must be one of {', '.join(MODES)}, got {requested!r}")
     if requested == "auto":
         found = available_modes()
+        if found and found[0] != "bwrap":
+            warn_once(
+                "weaker-than-bwrap",
+                "SANDBOX WITHOUT BUBBLEWRAP: bwrap does not work on this machine, so generated code runs "
+                f"under {found[0]} and CAN READ WORLD-READABLE HOST FILES. Install bubblewrap "
+                f"({INSTALL_BWRAP}) for a sandbox that sees no host files.",
+            )
         if found:
             return found[0]
         warn_once(
             "no-namespaces",
             "SANDBOX WITHOUT NAMESPACES: neither bwrap nor unshare works on this machine, so "
             "generated code runs with resource limits only and CAN USE THE NETWORK AND READ HOST "
-            "FILES. Install bubblewrap (apt-get install -y bubblewrap) or allow user namespaces.",
+            f"FILES. Install bubblewrap ({INSTALL_BWRAP}) or allow user namespaces.",
         )
         return "none"
     if requested == "none":

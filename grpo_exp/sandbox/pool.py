@@ -5,10 +5,16 @@ threads suffice and every snippet still gets its own fresh interpreter (booted o
 ahead, see ``spares``). Results are cached by
 a hash of code + tests + settings, and identical work inside one batch (GRPO often samples the
 same completion twice) runs once.
+
+Per-test time limits fit the problem where it has a reference solution and
+``Limits.reference_time_multiple`` is set: the reference is graded once per problem, and its
+slowest test, times the multiple (with a floor), becomes that problem's per-test limit. A loop
+then holds a worker for a fraction of a second instead of the configured limit.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
@@ -24,6 +30,8 @@ from grpo_exp.sandbox.runner import RunResult, run_code
 from grpo_exp.sandbox.spares import ChildSource
 
 DEFAULT_CACHE_SIZE = 4096
+
+log = logging.getLogger("grpo_exp.sandbox")
 
 
 class Sandbox:
@@ -50,6 +58,7 @@ class Sandbox:
         if self.workers < 1:
             raise ValueError(f"sandbox workers must be >= 1, got {workers}")
         self._cache: LRUCache[GradeResult] = LRUCache(cache_size)
+        self._limits: LRUCache[float] = LRUCache(DEFAULT_CACHE_SIZE)  # per-test limit by problem
         self._source = ChildSource(self.launcher, self.limits, spares=self.workers if prestart else 0)
         weakref.finalize(self, self._source.close)
         self._pool: ThreadPoolExecutor | None = None
@@ -79,7 +88,8 @@ class Sandbox:
                 todo[key] = [n]
         if todo:
             jobs = {key: items[slots[0]] for key, slots in todo.items()}
-            futures = {key: self._executor().submit(grade, code, spec, self._source)
+            limits = self._test_limits([spec for _code, spec in jobs.values()])
+            futures = {key: self._executor().submit(grade, code, spec, self._source, limits.get(_spec_key(spec)))
                        for key, (code, spec) in jobs.items()}  # fmt: skip
             for key, future in futures.items():
                 result = future.result()
@@ -87,6 +97,32 @@ class Sandbox:
                 for n in todo[key]:
                     results[n] = result
         return results
+
+    def test_limit(self, spec: TestSpec) -> float:
+        """The per-test limit that candidates for ``spec`` get (measuring its reference if need be)."""
+        return self._test_limits([spec]).get(_spec_key(spec), self.limits.test_timeout_s)
+
+    def _test_limits(self, specs: Sequence[TestSpec | None]) -> dict[str, float]:
+        """Per-test limits of the problems among ``specs`` that have a reference solution.
+
+        Each is measured once (references of new problems are graded in parallel) and kept. A
+        reference that does not pass its own tests leaves the configured limit.
+        """
+        if self.limits.reference_time_multiple is None:
+            return {}
+        wanted = {_spec_key(spec): spec for spec in specs if spec is not None and spec.reference}
+        found = {key: limit for key in wanted if (limit := self._limits.get(key)) is not None}
+        new = {key: self._executor().submit(grade, spec.reference, spec, self._source)
+               for key, spec in wanted.items() if key not in found}  # fmt: skip
+        for key, future in new.items():
+            reference = future.result()
+            measured = max(reference.test_s, default=0.0)
+            fine = reference.total > 0 and reference.passed == reference.total
+            found[key] = self.limits.test_limit_from(measured) if fine else self.limits.test_timeout_s
+            if not fine:
+                log.warning("reference solution fails its own tests (%s); keeping test_timeout_s", reference.outcomes)
+            self._limits.put(key, found[key])
+        return found
 
     def run(self, code: str) -> RunResult:
         """Run ``code`` as a script (no tests) and return its exit status and capped output."""
@@ -120,3 +156,7 @@ class Sandbox:
 
     def _key(self, code: str, spec: TestSpec) -> str:
         return cache_key(code, asdict(spec), asdict(self.limits), self.mode)
+
+
+def _spec_key(spec: TestSpec) -> str:
+    return cache_key(asdict(spec))

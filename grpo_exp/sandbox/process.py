@@ -8,7 +8,8 @@
   disappears once they are all gone, which ``close()`` waits for;
 - without namespaces, a root trainer also kills everything still running as the snippet's
   leased uid (a non-root trainer has no way to find a setsid() escapee: see ``isolation``);
-- the private working folder is removed (a tmpfs under bwrap vanishes with its namespace).
+- whatever is still in the snippet's cgroup (see ``cgroups``) is killed and the cgroup removed;
+- the private working folder is removed (a tmpfs under bwrap/unshare vanishes with its namespace).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_exp.sandbox import identity
-from grpo_exp.sandbox.isolation import SANDBOX_DIR, Launcher
-from grpo_exp.sandbox.limits import Limits
+from grpo_exp.sandbox import cgroups, identity
+from grpo_exp.sandbox.cgroups import SnippetCgroup
+from grpo_exp.sandbox.isolation import Launcher
+from grpo_exp.sandbox.limits import MIB, Limits
 
 log = logging.getLogger("grpo_exp.sandbox")
 
@@ -75,6 +77,7 @@ class ChildProcess:
         self.launcher = launcher
         self._lease = identity.lease_uid() if identity.running_as_root() else None
         self._host_dir: str | None = None
+        self._cgroup: SnippetCgroup | None = None
         self._closed = False
         self._buf = bytearray()
         self._scanned = 0  # bytes of _buf known to hold no newline
@@ -90,10 +93,15 @@ class ChildProcess:
                 self._host_dir = tempfile.mkdtemp(prefix="grpo-sandbox-")
                 if self._lease is not None:
                     os.chown(self._host_dir, self._lease.uid, self._lease.uid)
-            workdir = self._host_dir or SANDBOX_DIR
-            args = [str(req_r), str(resp_w), *(f"{name}={soft},{hard}" for name, soft, hard in limits.rlimits())]
+            workdir = self._host_dir or launcher.workdir or "/"
+            if limits.cgroup and cgroups.hierarchies():
+                self._cgroup = SnippetCgroup(cgroups.hierarchies(), limits.memory_mb * MIB, limits.max_processes)
+            rlimits = limits.rlimits(whole_snippet_budget=self._cgroup is not None)
+            args = [str(req_r), str(resp_w), *(f"{name}={soft},{hard}" for name, soft, hard in rlimits)]
             uid = self._lease.uid if self._lease else None
             argv = launcher.argv(["-I", "-S", "-c", CHILD_SOURCE, *args], uid, limits)
+            if self._cgroup is not None:
+                argv = self._cgroup.wrap(argv)
             self.popen = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -108,6 +116,8 @@ class ChildProcess:
             for fd in (*child_ends, self._req_w, self._resp_r, out_r, err_r):
                 os.close(fd)
             self._release_dir()
+            if self._cgroup is not None:
+                self._cgroup.close()
             if self._lease is not None:
                 self._lease.release()
             raise
@@ -228,6 +238,8 @@ class ChildProcess:
         self._closed = True
         try:
             self._kill_all()
+            if self._cgroup is not None:
+                self._cgroup.close()  # also kills anything the other ways missed
         finally:
             for fd in (self._req_w, self._resp_r, self._out.fd, self._err.fd):
                 if fd >= 0:

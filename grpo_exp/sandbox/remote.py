@@ -19,7 +19,8 @@ and the session records each test's first fault, so even a bare ``except:`` cann
 
 from __future__ import annotations
 
-import builtins
+import functools
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,7 +30,9 @@ from grpo_exp.sandbox.process import ChildProcess, ChildTimeout, ProtocolError
 from grpo_exp.sandbox.spares import ChildSource
 
 _NOT_MAPPED = (StopIteration, StopAsyncIteration)  # would change control flow in the grader
-MAX_ERROR_NAME = 80
+MAX_ERROR_NAME = 200
+MAX_EXCEPTION_BASES = 16  # classes of a raised exception's MRO the child sends (as in child.py)
+STAND_IN_CLASSES = 256  # stand-in exception classes kept for reuse
 
 
 class SandboxFault(BaseException):
@@ -59,23 +62,80 @@ class OpaqueValue(SandboxFault):
 
 
 class CandidateError(Exception):
-    """The candidate raised an exception that has no builtin counterpart."""
+    """The candidate raised an exception with no counterpart the grader can name."""
 
 
-def candidate_exception(name: str) -> Exception:
-    """A parent-side exception for one the candidate raised, so tests expecting it work."""
-    kind = getattr(builtins, name, None) if isinstance(name, str) else None
-    if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, _NOT_MAPPED):
-        return kind(f"raised by the candidate ({name})")
-    return CandidateError(f"raised by the candidate: {name!s:.80}")
+def candidate_exception(classes: Any) -> Exception:
+    """A parent-side exception for one the candidate raised, so tests expecting it work.
+
+    ``classes`` is the raised class and its bases, most derived first, as the child names them
+    (``module:qualname``). A standard-library class the grader has already imported is used as
+    itself; any other (the candidate's own, or from a module the tests never imported) becomes a
+    stand-in subclass of its nearest such bases, so ``except ValueError`` still catches a
+    ``json.JSONDecodeError`` or a candidate-defined ``class Bad(ValueError)``. Only the class
+    crosses, never the candidate's object: its constructor and message stay in the sandbox.
+    """
+    names = [_error_name(c) for c in classes[:MAX_EXCEPTION_BASES]] if type(classes) is list else []
+    bases: list[type[Exception]] = []
+    for name in names:
+        kind = _parent_class(name)
+        if kind is None:
+            continue
+        if not issubclass(kind, Exception) or issubclass(kind, _NOT_MAPPED):
+            break  # SystemExit, StopIteration...: would change the grader's control flow
+        if not any(issubclass(b, kind) for b in bases):
+            bases.append(kind)
+    if not bases:
+        return CandidateError(f"raised by the candidate: {names[0] if names else '<malformed>'}")
+    kind = bases[0] if _parent_class(names[0]) is bases[0] else _stand_in(names[0], tuple(bases))
+    return _instantiate(kind, f"raised by the candidate ({names[0].partition(':')[2]})")
+
+
+def _parent_class(name: str) -> type | None:
+    """The grader's own class ``module:qualname``, if it is a standard-library exception already imported."""
+    module_name, _, qualname = name.partition(":")
+    module = sys.modules.get(module_name)
+    top = module_name.partition(".")[0]
+    if module is None or (top != "builtins" and top not in sys.stdlib_module_names):
+        return None
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None) if part.isidentifier() else None
+    return found if isinstance(found, type) and issubclass(found, BaseException) else None
+
+
+@functools.lru_cache(maxsize=STAND_IN_CLASSES)
+def _stand_in(name: str, bases: tuple[type[Exception], ...]) -> type[Exception]:
+    """A class named like the candidate's, deriving from the grader's classes it derives from."""
+    short = name.rpartition(".")[2].rpartition(":")[2]
+    short = short if short.isidentifier() else "CandidateException"
+    namespace = {"__module__": "sandboxed_candidate"}
+    try:
+        return type(short, bases, namespace)
+    except TypeError:  # bases whose instance layouts conflict (KeyError and OSError, say)
+        return type(short, bases[:1], namespace)
+
+
+def _instantiate(kind: type[Exception], message: str) -> Exception:
+    """An instance of ``kind`` whatever its constructor wants (UnicodeDecodeError, ExceptionGroup...)."""
+    if issubclass(kind, BaseExceptionGroup):
+        return kind(message, [CandidateError(message)])
+    try:
+        return kind(message)
+    except Exception:
+        exc = kind.__new__(kind)
+        exc.args = (message,)
+        return exc
 
 
 class RemoteSession:
     """One snippet's candidate program behind a (re)startable child."""
 
-    def __init__(self, source: ChildSource, code: str) -> None:
+    def __init__(self, source: ChildSource, code: str, test_timeout_s: float | None = None) -> None:
         self.source = source
         self.limits = limits = source.limits
+        self.test_timeout_s = test_timeout_s or limits.test_timeout_s
+        self.busy_s = 0.0  # this test's time waiting on the candidate's answers (loading excluded)
         self._job = {"mode": "serve", "code": code}
         self._deadline = time.monotonic() + limits.timeout_s
         self._test_deadline = self._deadline
@@ -90,8 +150,9 @@ class RemoteSession:
 
     def begin_test(self) -> None:
         """Start the clock of one test and forget the previous test's fault."""
-        self._test_deadline = min(self._deadline, time.monotonic() + self.limits.test_timeout_s)
+        self._test_deadline = min(self._deadline, time.monotonic() + self.test_timeout_s)
         self.fault = None
+        self.busy_s = 0.0
 
     def out_of_time(self) -> bool:
         return time.monotonic() >= self._deadline
@@ -151,7 +212,7 @@ class RemoteSession:
         self.starts += 1
         self._generation += 1
         started = time.monotonic()
-        load_deadline = min(self._deadline, started + self.limits.test_timeout_s)
+        load_deadline = min(self._deadline, started + self.limits.test_timeout_s)  # loading: the full limit
         child: ChildProcess | None = None
         reply: dict | None = None
         try:
@@ -175,6 +236,7 @@ class RemoteSession:
     def _request(self, child: ChildProcess, message: dict) -> Any:
         self._next_id += 1
         message["i"] = self._next_id
+        asked = time.monotonic()
         try:
             child.send(message, self._test_deadline)
             reply = child.recv(self._test_deadline)
@@ -187,6 +249,8 @@ class RemoteSession:
         except ProtocolError as exc:
             self._drop_child()
             raise NotPlain(str(exc)) from None
+        finally:
+            self.busy_s += time.monotonic() - asked
         if reply is None:
             self._drop_child()
             raise ChildLost("the candidate's interpreter exited")
@@ -194,7 +258,7 @@ class RemoteSession:
             self._drop_child()
             raise NotPlain("reply does not match the request")
         if "e" in reply:
-            raise candidate_exception(_error_name(reply["e"]))
+            raise candidate_exception(reply["e"])
         generation = self._generation
         try:
             return decode(reply.get("v"), lambda key: RemoteRef(self, ("r", generation, key)))
