@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grpo_exp.dashboard import publish
 from grpo_exp.dashboard.__main__ import main
 from grpo_exp.dashboard.sweep import read_sweep
 from grpo_exp.dashboard.view import build_workspace, specification
@@ -133,6 +134,41 @@ def test_command_offline_writes_the_spec_beside_the_report_and_says_how_to_save(
     assert len(spec["spec"]["section"]["panelBankConfig"]["sections"]) == 5
     out = capsys.readouterr().out
     assert "no W&B login here" in out and f"python -m grpo_exp.dashboard {folder}" in out
+
+
+def test_command_logged_in_saves_the_view_and_prints_its_url(tmp_path, monkeypatch, capsys):
+    """The server's side stands in for W&B (none here): what reaches it is the view built for this sweep."""
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    saved = []
+
+    def save(workspace):
+        saved.append(workspace)
+        return "https://wandb.ai/team/grpo-exp?nw=abc"
+
+    monkeypatch.setattr(publish, "save", save)
+    monkeypatch.setattr(publish, "default_entity", lambda: "team")
+    folder = make_sweep(tmp_path / "sweep")
+    assert main([str(folder), "--project", "other"]) == 0
+    assert "W&B view: https://wandb.ai/team/grpo-exp?nw=abc" in capsys.readouterr().out
+    (workspace,) = saved
+    assert (workspace.entity, workspace.project, len(workspace.sections)) == ("team", "other", 5)
+    spec = json.loads((folder / "report" / "wandb_view.json").read_text())
+    assert (spec["entity"], spec["url"]) == ("team", "https://wandb.ai/team/grpo-exp?nw=abc")
+
+
+def test_command_without_a_reachable_server_falls_back_to_the_spec(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+
+    def unreachable():
+        raise ConnectionError("connection refused")
+
+    monkeypatch.setattr(publish, "default_entity", unreachable)
+    folder = make_sweep(tmp_path / "sweep")
+    assert main([str(folder)]) == 0
+    assert "not saved on W&B (ConnectionError: connection refused)" in capsys.readouterr().out
+    assert json.loads((folder / "report" / "wandb_view.json").read_text())["url"] is None
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_exp.dashboard.sweep import read_sweep
-from grpo_exp.dashboard.view import build_workspace, save, specification
+from grpo_exp.dashboard.view import build_workspace, default_entity, save, specification
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 REPORT_DIR = "report"
 SPEC_FILE = "wandb_view.json"
 OFFLINE_MODES = frozenset({"offline", "disabled", "dryrun"})
+MAX_REASON = 200  # characters of a server's error kept in the one-line message
 
 
 @dataclass
@@ -44,16 +45,14 @@ def publish(folder: Path, entity: str | None = None, project: str | None = None,
     why_not = None if online else "asked for the specification only"
     why_not = why_not or _offline_reason()
     url = None
-    if why_not is None:
-        import wandb
-
-        entity = entity or wandb.Api().default_entity
     workspace = build_workspace(facts, entity)
     if why_not is None:
         try:
+            if entity is None:
+                entity = workspace.entity = default_entity()
             url = save(workspace)
         except Exception as exc:  # no server, no permission: the spec still records the view
-            why_not = f"W&B did not save it ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+            why_not = f"{type(exc).__name__}: {' '.join(str(exc).split())[:MAX_REASON]}"
     spec = specification(workspace, entity_known=entity is not None)
     spec_path = Path(folder) / REPORT_DIR / SPEC_FILE
     spec_path.parent.mkdir(parents=True, exist_ok=True)

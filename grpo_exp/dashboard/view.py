@@ -129,6 +129,13 @@ def specification(workspace: ws.Workspace, entity_known: bool) -> dict[str, Any]
     }
 
 
+def default_entity() -> str:
+    """The login's default W&B entity (asks the server)."""
+    import wandb
+
+    return wandb.Api().default_entity
+
+
 def save(workspace: ws.Workspace) -> str:
     """Save the view on the W&B server of the current login; its URL."""
     return workspace.save().url
