@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from grpo_exp.dashboard import publish
 from grpo_exp.dashboard.__main__ import main
 from grpo_exp.dashboard.sweep import read_sweep
 from grpo_exp.dashboard.view import build_workspace, specification
+from grpo_exp.hydra_callbacks import SweepDashboard
 from tests.conftest import ROOT
 
 wr = pytest.importorskip("wandb_workspaces.reports.v2")
@@ -191,6 +193,25 @@ def test_missing_library_names_the_extra(tmp_path, monkeypatch, capsys):
     assert "pip install -e '.[dashboard]'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("mode", "written"), [("off", False), ("spec", True)])
+def test_multirun_end_writes_the_spec_only_when_asked(tmp_path, mode, written):
+    folder = make_sweep(tmp_path / "sweep")
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(folder)}}})
+    SweepDashboard(mode=mode).on_multirun_end(config)
+    assert (folder / "report" / "wandb_view.json").is_file() == written
+
+
+def test_an_unknown_callback_mode_is_said_when_the_sweep_starts_and_makes_no_view(tmp_path, caplog):
+    folder = make_sweep(tmp_path / "sweep")
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(folder)}}})
+    callback = SweepDashboard(mode="yes")
+    callback.on_multirun_start(config)
+    callback.on_multirun_end(config)
+    assert "sweep_dashboard.mode=yes is not one of off, spec, save" in caplog.text
+    assert not (folder / "report").exists()
+
+
+@pytest.mark.slow
 def test_a_real_sweep_writes_its_view_when_the_multirun_ends(tmp_path):
     """Two 1-step jobs, W&B offline: the callback reads the group the runs really got."""
     sweep = tmp_path / "sweep"
