@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     if result.url:
         print(f"W&B view: {result.url}")
         return 0
-    again = shlex.join(["python", "-m", "grpo_exp.dashboard", *(argv if argv is not None else sys.argv[1:])])
-    again = again.replace(" --offline", "")
+    options = [(flag, value) for flag, value in (("--entity", args.entity), ("--project", args.project)) if value]
+    again = shlex.join(["python", "-m", "grpo_exp.dashboard", str(args.sweep_dir), *(x for o in options for x in o)])
     print(f"not saved on W&B ({result.why_not_saved}); to create it, once logged in (`wandb login`) run: {again}")
     runs = args.sweep_dir / "*" / "wandb" / "offline-run-*"
     print(f"offline runs upload first with: wandb sync {runs}")

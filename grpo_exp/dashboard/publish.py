@@ -7,15 +7,12 @@ holds, readable without W&B, and the offline user's proof of what the command wi
 from __future__ import annotations
 
 import json
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_exp.dashboard.sweep import read_sweep
 from grpo_exp.dashboard.view import build_workspace, default_entity, save, specification
-
-log = logging.getLogger(__name__)
 
 # The sweep report's folder (grpo_exp.compare writes report.md there); the view's spec goes beside it.
 REPORT_DIR = "report"
@@ -42,8 +39,7 @@ def publish(folder: Path, entity: str | None = None, project: str | None = None,
     if project:
         facts.project = project
     entity = entity or facts.entity
-    why_not = None if online else "asked for the specification only"
-    why_not = why_not or _offline_reason()
+    why_not = _offline_reason() if online else "asked for the specification only"
     url = None
     workspace = build_workspace(facts, entity)
     if why_not is None:
