@@ -1,4 +1,4 @@
-"""Hydra callbacks: the sweep report is written as soon as a multirun ends."""
+"""Hydra callbacks: the sweep report (and optionally its W&B view) as soon as a multirun ends."""
 
 from __future__ import annotations
 
@@ -26,3 +26,37 @@ class SweepReport(Callback):
             log.warning("no sweep report: %s", exc)
             return
         log.info("sweep report: %s", report)
+
+
+class SweepDashboard(Callback):
+    """The sweep's W&B view when a multirun ends (``python -m grpo_exp.dashboard``, see README).
+
+    ``mode``: ``off``; ``spec`` writes ``<sweep dir>/report/wandb_view.json`` only; ``save`` also
+    saves the view on W&B when logged in. Like the report, it never fails the sweep: an unknown
+    mode is said once, when the sweep starts, and no view is made.
+    """
+
+    MODES = ("off", "spec", "save")
+
+    def __init__(self, mode: str = "off") -> None:
+        self.mode = mode
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.mode not in self.MODES:
+            log.warning(
+                "hydra.callbacks.sweep_dashboard.mode=%s is not one of %s: no W&B view for this sweep",
+                self.mode,
+                ", ".join(self.MODES),
+            )
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.mode not in self.MODES[1:]:
+            return
+        from grpo_exp.dashboard.publish import publish
+
+        try:
+            result = publish(Path(config.hydra.sweep.dir), online=self.mode == "save")
+        except UserError as exc:
+            log.warning("no W&B view: %s", exc)
+            return
+        log.info("W&B view: %s", result.url or f"{result.spec_path} ({result.why_not_saved})")

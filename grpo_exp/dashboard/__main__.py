@@ -1,0 +1,45 @@
+"""``python -m grpo_exp.dashboard <sweep folder> [--entity E] [--project P] [--offline]``."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from grpo_exp.errors import UserError
+
+EXIT_USER_ERROR = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Save the sweep's W&B view and print its URL; offline, print where its specification is and what to run."""
+    parser = argparse.ArgumentParser(
+        prog="python -m grpo_exp.dashboard", description="A saved W&B view (workspace) for one sweep's runs."
+    )
+    parser.add_argument("sweep_dir", type=Path, help="the sweep folder (outputs/multirun/...)")
+    parser.add_argument("--entity", help="W&B team or user (default: the jobs' logger.entity, else your default)")
+    parser.add_argument("--project", help="W&B project (default: the one the jobs logged to)")
+    parser.add_argument("--offline", action="store_true", help="write the view's specification only")
+    args = parser.parse_args(argv)
+    from grpo_exp.dashboard.publish import publish
+
+    try:
+        result = publish(args.sweep_dir, args.entity, args.project, online=not args.offline)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    print(f"view specification: {result.spec_path}")
+    if result.url:
+        print(f"W&B view: {result.url}")
+        return 0
+    options = [(flag, value) for flag, value in (("--entity", args.entity), ("--project", args.project)) if value]
+    again = shlex.join(["python", "-m", "grpo_exp.dashboard", str(args.sweep_dir), *(x for o in options for x in o)])
+    print(f"not saved on W&B ({result.why_not_saved}); to create it, once logged in (`wandb login`) run: {again}")
+    runs = args.sweep_dir / "*" / "wandb" / "offline-run-*"
+    print(f"offline runs upload first with: wandb sync {runs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
