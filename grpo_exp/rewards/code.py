@@ -12,11 +12,13 @@ import ast
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_exp.errors import UserError
 from grpo_exp.rewards.registry import register
-from grpo_exp.sandbox import Limits, Sandbox, TestSpec, extract_code
+
+if TYPE_CHECKING:  # the sandbox loads on first use, so runs without a code reward never import it
+    from grpo_exp.sandbox import Sandbox, TestSpec
 
 MI_SCALE = 100.0  # radon's maintainability index runs from 0 to 100
 TEST_COLUMNS = ("test_list", "test", "entry_point", "test_setup_code")
@@ -43,6 +45,8 @@ def code_syntax(completions: list[str], **_: Any) -> list[float | None]:
     Empty code (a completion with nothing but whitespace or an empty block) scores 0.0: it
     parses, but there is no code to reward.
     """
+    from grpo_exp.sandbox import extract_code
+
     return [0.0 if parse_code(extract_code(c)) is None else 1.0 for c in completions]
 
 
@@ -65,6 +69,8 @@ def code_tests(
     per test, ``memory_mb`` of address space, ``workers`` parallel interpreters (None: one per
     CPU), ``isolation`` auto | bwrap | unshare | none. Identical (code, tests) pairs are cached.
     """
+    from grpo_exp.sandbox import extract_code
+
     sandbox = _sandbox(timeout_s, test_timeout_s, memory_mb, workers, isolation)
     specs = _specs(len(completions), columns)
     results = sandbox.grade_many([(extract_code(c), spec) for c, spec in zip(completions, specs, strict=True)])
@@ -87,6 +93,8 @@ def code_complexity(completions: list[str], *, max_complexity: float, **_: Any) 
     from radon.complexity import cc_visit
     from radon.metrics import mi_visit
 
+    from grpo_exp.sandbox import extract_code
+
     scores: list[float | None] = []
     for completion in completions:
         code = extract_code(completion)
@@ -108,6 +116,8 @@ def code_complexity(completions: list[str], *, max_complexity: float, **_: Any) 
 
 def _sandbox(timeout_s: float, test_timeout_s: float, memory_mb: int, workers: int | None, isolation: str) -> Sandbox:
     """One sandbox per distinct settings, kept for the life of the process."""
+    from grpo_exp.sandbox import Limits, Sandbox
+
     key = (float(timeout_s), float(test_timeout_s), int(memory_mb), workers, isolation)
     with _sandboxes_lock:
         if key not in _sandboxes:
@@ -121,6 +131,8 @@ def _sandbox(timeout_s: float, test_timeout_s: float, memory_mb: int, workers: i
 
 def _specs(count: int, columns: dict[str, Any]) -> list[TestSpec | None]:
     """Per-completion test specs from the dataset columns TRL passes (any may be missing)."""
+    from grpo_exp.sandbox import TestSpec
+
     values = {name: columns.get(name) or [None] * count for name in TEST_COLUMNS}
     for name, column in values.items():
         if len(column) != count:
