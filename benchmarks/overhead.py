@@ -3,8 +3,9 @@
 Each repeat runs, one after the other: ``run.py`` with ``logger=none``, ``trl_baseline.py`` (the
 same model, prompts, reward and GRPOConfig), and ``run.py`` with W&B offline; then the light
 paths, ``run.py --help`` / ``--cfg job`` beside a bare Hydra app over the same conf/ tree.
-Alternating (and reversing the order every other round) spreads the machine's changing load over both sides; medians are printed, with the
-load average before and after, and whether both sides logged the same per-step rewards and loss.
+Alternating (in reverse order every other round) spreads the machine's changing load over both
+sides; medians are printed, with the load average before and after, and whether both sides
+logged the same per-step rewards and loss.
 
 Figures, as a Markdown table:
 
