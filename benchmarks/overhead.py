@@ -1,8 +1,9 @@
 """What grpo-exp costs over TRL by hand: the framework and a plain TRL script, run alternately.
 
-Each repeat runs, one after the other: ``run.py`` with ``logger=none``, ``trl_baseline.py`` (the
-same model, prompts, reward and GRPOConfig), and ``run.py`` with W&B offline; then the light
-paths, ``run.py --help`` / ``--cfg job`` beside a bare Hydra app over the same conf/ tree.
+Each round runs, one after the other: ``run.py`` with ``logger=none``, ``run.py`` with W&B
+offline (for each version measured), and ``trl_baseline.py`` (the same model, prompts, reward
+and GRPOConfig); then the light paths, ``run.py --help`` / ``--cfg job`` beside a bare Hydra
+app over the same conf/ tree.
 Alternating (in reverse order every other round) spreads the machine's changing load over both
 sides; medians are printed, with the load average before and after, and whether both sides
 logged the same per-step rewards and loss.
@@ -18,7 +19,7 @@ Usage::
 
     .venv/bin/python benchmarks/overhead.py                       # 60 steps, 3 repeats
     .venv/bin/python benchmarks/overhead.py --steps 60 --repeats 5 --light-repeats 7
-    .venv/bin/python benchmarks/overhead.py --root /path/to/older/checkout   # measure another version
+    .venv/bin/python benchmarks/overhead.py --before /tmp/old   # also an older checkout (git archive)
 """
 
 from __future__ import annotations
@@ -85,38 +86,34 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="alternating rounds of the training runs")
     parser.add_argument("--light-repeats", type=int, default=5, help="alternating rounds of --help / --cfg job")
     parser.add_argument("--root", type=Path, default=ROOT, help="the grpo-exp checkout to measure")
+    parser.add_argument("--before", type=Path, help="an older checkout, measured in the same rounds")
     args = parser.parse_args()
-    root = args.root.resolve()
-    model = model_path(root)
+    versions = {"after": args.root.resolve(), **({"before": args.before.resolve()} if args.before else {})}
+    model = model_path(versions["after"])
     load_before = os.getloadavg()
     samples: dict[str, list[dict]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
         for n in range(args.repeats):
-            runs = {
-                "framework": ["logger=none"],
-                "baseline": None,
-                "framework_wandb": ["logger.mode=offline"],
-            }
-            order = list(runs) if n % 2 == 0 else list(reversed(runs))  # no side always goes first
-            for name in order:
-                overrides = runs[name]
-                out = Path(tmp, f"{name}-{n}")
-                if overrides is None:
-                    command = [sys.executable, str(HERE / "trl_baseline.py"), "--model", model, "--out", str(out)]
-                    command += ["--max-steps", str(args.steps)]
+            runs: dict[str, tuple[Path, list[str]]] = {}
+            for version, root in versions.items():
+                runs[f"{version}:framework"] = (root, ["run.py", "logger=none"])
+                runs[f"{version}:wandb"] = (root, ["run.py", "logger.mode=offline"])
+            runs["baseline"] = (ROOT, [str(HERE / "trl_baseline.py"), "--model", model])
+            for name in list(runs) if n % 2 == 0 else reversed(runs):  # no side always goes first
+                root, command = runs[name]
+                out = Path(tmp, f"{name.replace(':', '-')}-{n}")
+                if name == "baseline":
+                    command = [*command, "--out", str(out), "--max-steps", str(args.steps)]
                 else:
-                    command = [sys.executable, "run.py", f"hydra.run.dir={out}", f"grpo.max_steps={args.steps}"]
-                    command += overrides
-                samples[name].append(timed_run(command, root, out / "metrics.jsonl"))
+                    command = [*command, f"hydra.run.dir={out}", f"grpo.max_steps={args.steps}"]
+                samples[name].append(timed_run([sys.executable, *command], root, out / "metrics.jsonl"))
                 print(f"round {n + 1}/{args.repeats} {name}: {samples[name][-1]['whole']:.1f} s", file=sys.stderr)
-        light = {
-            "help": (["run.py", "--help"], [str(HERE / "bare_hydra_app.py"), "--help"]),
-            "cfg": (["run.py", "--cfg", "job"], [str(HERE / "bare_hydra_app.py"), "--cfg", "job"]),
-        }
+        light = {"help": ["--help"], "cfg": ["--cfg", "job"]}
         for n in range(args.light_repeats):
-            for key, (ours, bare) in light.items():
-                pair = [(f"{key}_framework", ours), (f"{key}_bare", bare)]
-                for name, command in pair if n % 2 == 0 else reversed(pair):
+            for key, flags in light.items():
+                pair = [(f"{v}:{key}", root, ["run.py", *flags]) for v, root in versions.items()]
+                pair.append((f"bare:{key}", ROOT, [str(HERE / "bare_hydra_app.py"), *flags]))
+                for name, root, command in pair if n % 2 == 0 else reversed(pair):
                     samples[name].append(timed_run([sys.executable, *command], root))
     load_after = os.getloadavg()
 
@@ -125,23 +122,30 @@ def main() -> None:
 
     print(f"CPUs: {os.cpu_count()}; load average (1/5/15 min) before: {_load(load_before)}, after: {_load(load_after)}")
     print(
-        f"{args.steps} steps, medians of {args.repeats} alternating runs ({args.light_repeats} for the light paths)\n"
+        f"{args.steps} steps; medians of {args.repeats} alternating rounds ({args.light_repeats} for the light paths)"
     )
-    print("| figure | grpo-exp (s) | plain TRL / bare Hydra (s) | ratio | difference (s) |\n|---|---|---|---|---|")
-    rows = [
-        ("whole process", ("framework", "whole"), ("baseline", "whole")),
-        ("training loop (train_runtime)", ("framework", "train_runtime"), ("baseline", "train_runtime")),
-        ("start to first logged step", ("framework", "first_step"), ("baseline", "first_step")),
-        ("W&B offline vs `logger=none`, whole", ("framework_wandb", "whole"), ("framework", "whole")),
-        ("W&B offline vs `logger=none`, train", ("framework_wandb", "train_runtime"), ("framework", "train_runtime")),
-        ("`--help` vs a bare Hydra app", ("help_framework", "whole"), ("help_bare", "whole")),
-        ("`--cfg job` vs a bare Hydra app", ("cfg_framework", "whole"), ("cfg_bare", "whole")),
-    ]  # fmt: skip
-    for label, ours, theirs in rows:
-        a, b = median(*ours), median(*theirs)
-        print(f"| {label} | {a:.2f} | {b:.2f} | {a / b:.3f} | {a - b:+.2f} |")
-    same = all(f["rows"] == b["rows"] for f, b in zip(samples["framework"], samples["baseline"], strict=True))
-    print(f"\nper-step rewards and loss identical in framework and baseline runs: {same}")
+    for version, root in versions.items():
+        print(f"\n{version}: {root}\n")
+        print("| figure | grpo-exp (s) | compared with (s) | ratio | difference (s) |\n|---|---|---|---|---|")
+        rows = [
+            ("whole process vs plain TRL", (f"{version}:framework", "whole"), ("baseline", "whole")),
+            ("training loop (train_runtime) vs plain TRL", (f"{version}:framework", "train_runtime"),
+             ("baseline", "train_runtime")),
+            ("start to first logged step vs plain TRL", (f"{version}:framework", "first_step"),
+             ("baseline", "first_step")),
+            ("W&B offline vs `logger=none`, whole process", (f"{version}:wandb", "whole"),
+             (f"{version}:framework", "whole")),
+            ("W&B offline vs `logger=none`, training loop", (f"{version}:wandb", "train_runtime"),
+             (f"{version}:framework", "train_runtime")),
+            ("`--help` vs a bare Hydra app", (f"{version}:help", "whole"), ("bare:help", "whole")),
+            ("`--cfg job` vs a bare Hydra app", (f"{version}:cfg", "whole"), ("bare:cfg", "whole")),
+        ]  # fmt: skip
+        for label, ours, theirs in rows:
+            a, b = median(*ours), median(*theirs)
+            print(f"| {label} | {a:.2f} | {b:.2f} | {a / b:.3f} | {a - b:+.2f} |")
+        pairs = zip(samples[f"{version}:framework"], samples["baseline"], strict=True)
+        same = all(ours["rows"] == theirs["rows"] for ours, theirs in pairs)
+        print(f"\nper-step rewards and loss identical to the plain TRL runs: {same}")
 
 
 def _load(load: tuple[float, float, float]) -> str:
