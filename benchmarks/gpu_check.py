@@ -102,9 +102,8 @@ def build_tokenizer(regular: int):
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core)
-    tokenizer.add_special_tokens(
-        {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "additional_special_tokens": SPECIAL_TOKENS}
-    )
+    tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS})  # in Qwen's order, so Qwen's ids
+    tokenizer.eos_token, tokenizer.pad_token = "<|im_end|>", "<|endoftext|>"
     return tokenizer
 
 
