@@ -16,6 +16,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
@@ -41,8 +42,13 @@ def preflight(argv: list[str]) -> list[str]:
     """
     from hydra._internal.utils import get_args_parser
 
-    register_schema()
     args, _ = get_args_parser().parse_known_args(argv)
+    if args.help or args.hydra_help:
+        # Listing the groups for help makes Hydra deep-copy every stored config once per group (~100
+        # times); the typed schema would cost ~0.15 s there and check nothing, as help runs no job.
+        ConfigStore.instance().store(name="schema", node={})
+        return
+    register_schema()
     if any(getattr(args, flag, None) for flag in _PRINT_ONLY) or args.config_dir or args.experimental_rerun:
         return argv
     config_dir = CONF_DIR.parent / args.config_path if args.config_path else CONF_DIR

@@ -12,11 +12,13 @@ import ast
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_exp.errors import UserError
 from grpo_exp.rewards.registry import register
-from grpo_exp.sandbox import Limits, Sandbox, TestSpec, extract_code
+
+if TYPE_CHECKING:  # the sandbox loads on first use, so runs without a code reward never import it
+    from grpo_exp.sandbox import Limits, Sandbox, TestSpec
 
 MI_SCALE = 100.0  # radon's maintainability index runs from 0 to 100
 TEST_COLUMNS = ("test_list", "test", "entry_point", "test_setup_code", "test_imports")
@@ -37,6 +39,13 @@ def parse_code(code: str) -> ast.Module | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         return None
     return tree if tree.body else None
+
+
+def extract_code(completion: str) -> str:
+    """The code in a completion (``grpo_exp.sandbox.extract``); the sandbox package loads on first use."""
+    from grpo_exp.sandbox import extract_code as extract
+
+    return extract(completion)
 
 
 @register("code_syntax")
@@ -60,8 +69,8 @@ def code_tests(
     isolation: str,
     partial_credit: bool = True,
     reference_time_multiple: float | None = None,
-    min_test_timeout_s: float = Limits.min_test_timeout_s,
-    max_processes: int = Limits.max_processes,
+    min_test_timeout_s: float | None = None,
+    max_processes: int | None = None,
     **columns: Any,
 ) -> list[float | None]:
     """Share of the sample's unit tests the extracted code passes; None for a sample without tests.
@@ -128,10 +137,15 @@ def _limits(
     timeout_s: float,
     test_timeout_s: float,
     memory_mb: int,
-    max_processes: int,
+    max_processes: int | None,
     reference_time_multiple: float | None,
-    min_test_timeout_s: float,
+    min_test_timeout_s: float | None,
 ) -> Limits:
+    """The sandbox's limits from the reward's params (None: the sandbox's own default)."""
+    from grpo_exp.sandbox import Limits
+
+    max_processes = Limits.max_processes if max_processes is None else max_processes
+    min_test_timeout_s = Limits.min_test_timeout_s if min_test_timeout_s is None else min_test_timeout_s
     try:
         return Limits(
             timeout_s=float(timeout_s),
@@ -147,6 +161,8 @@ def _limits(
 
 def _sandbox(limits: Limits, workers: int | None, isolation: str) -> Sandbox:
     """One sandbox per distinct settings, kept for the life of the process."""
+    from grpo_exp.sandbox import Sandbox
+
     key = (limits, workers, isolation)
     with _sandboxes_lock:
         if key not in _sandboxes:
@@ -156,6 +172,8 @@ def _sandbox(limits: Limits, workers: int | None, isolation: str) -> Sandbox:
 
 def _specs(count: int, columns: dict[str, Any]) -> list[TestSpec | None]:
     """Per-completion test specs from the dataset columns TRL passes (any may be missing)."""
+    from grpo_exp.sandbox import TestSpec
+
     values = {name: columns.get(name) or [None] * count for name in (*TEST_COLUMNS, *REFERENCE_COLUMNS, "prompts")}
     for name, column in values.items():
         if len(column) != count:

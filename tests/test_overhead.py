@@ -1,0 +1,71 @@
+"""What keeps the framework's overhead honest: the hand-written TRL baseline matches it, and
+start-up paths load nothing they don't use (benchmarks/overhead.py measures the times)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from grpo_exp import models
+from grpo_exp.metrics import read_metrics
+from grpo_exp.tracking import system_stats
+from tests.conftest import ROOT
+
+STEPS = 3
+SANDBOX_PROBE = (
+    "import sys\n"
+    "from grpo_exp.cli import preflight\n"
+    "preflight(sys.argv[1:])\n"
+    "print('SANDBOX=' + ','.join(m for m in sys.modules if m.startswith('grpo_exp.sandbox')))\n"
+)
+
+
+def _run(command: list[str]) -> None:
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_trl_baseline_reproduces_the_frameworks_rewards_and_loss(settings, tmp_path):
+    model = models.model_path(settings().model)
+    _run(
+        [sys.executable, "run.py", f"hydra.run.dir={tmp_path / 'framework'}", "logger=none", f"grpo.max_steps={STEPS}"]
+    )
+    baseline = [sys.executable, "benchmarks/trl_baseline.py", "--model", model, "--out", str(tmp_path / "baseline")]
+    _run([*baseline, "--max-steps", str(STEPS)])
+    framework = read_metrics(tmp_path / "framework" / "metrics.jsonl")
+    by_hand = [json.loads(line) for line in (tmp_path / "baseline" / "metrics.jsonl").read_text().splitlines()]
+    by_hand = [row for row in by_hand if "reward" in row]
+    assert len(framework) == len(by_hand) == STEPS
+    for ours, theirs in zip(framework, by_hand, strict=True):
+        assert ours["step"] == theirs["step"]
+        assert (
+            ours["reward"] == theirs["reward"] and ours["rewards/format/mean"] == theirs["rewards/format_reward/mean"]
+        )
+        assert ours["loss"] == theirs["loss"] and ours["kl"] == theirs["kl"]
+
+
+def test_checking_a_job_leaves_the_code_sandbox_unloaded():
+    """The sandbox loads when the first completion is graded, not when a command starts."""
+
+    def loaded(*overrides: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-c", SANDBOX_PROBE, *overrides], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout.split("SANDBOX=")[-1].strip()
+
+    assert loaded() == ""
+    assert loaded("model=tiny_code", "+recipe=code_generation") == ""
+
+
+def test_wandb_samples_system_stats_only_with_a_gpu_or_when_asked(monkeypatch):
+    monkeypatch.delenv("WANDB_X_DISABLE_STATS", raising=False)
+    monkeypatch.delenv("WANDB__DISABLE_STATS", raising=False)
+    monkeypatch.setattr("grpo_exp.hardware.cuda_available", lambda: False)
+    assert system_stats() == {"x_disable_stats": True}
+    monkeypatch.setenv("WANDB_X_DISABLE_STATS", "false")
+    assert system_stats() == {}
+    monkeypatch.delenv("WANDB_X_DISABLE_STATS")
+    monkeypatch.setattr("grpo_exp.hardware.cuda_available", lambda: True)
+    assert system_stats() == {}
