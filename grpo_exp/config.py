@@ -58,6 +58,7 @@ class TinyRecipe:
     sft_batch_tokens: int = 2048
     sft_lr: float = 3e-3
     format_share: float = 0.1
+    answer_share: float = 0.4
     correct_share: float = 0.3
     seed: int = 0
 
@@ -151,6 +152,8 @@ class MonitorSettings:
     max_zero_std_fraction: float = 0.5
     reward_drop: float = 0.3
     min_improvement: float = 0.05
+    max_clipped_ratio: float = 0.5
+    min_part_group_std: float = 0.01
     window: int = 10
 
 
