@@ -8,6 +8,8 @@ Usage::
 
     .venv/bin/python benchmarks/recipes.py                              # every recipe, seeds 42 43 44
     .venv/bin/python benchmarks/recipes.py --recipes content_creation --seeds 42 --jobs 1
+    .venv/bin/python benchmarks/recipes.py --seeds 42 --json a.json   # then --seeds 43 --json b.json
+    .venv/bin/python benchmarks/recipes.py --tabulate a.json b.json    # one table over both
 """
 
 from __future__ import annotations
@@ -76,7 +78,12 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
     parser.add_argument("--jobs", type=int, default=2, help="runs side by side (each on threads=cores/jobs)")
     parser.add_argument("--json", type=Path, help="also write every run's figures to this file")
+    parser.add_argument("--tabulate", nargs="+", type=Path, help="only print the table of earlier --json files")
     args = parser.parse_args()
+    if args.tabulate:
+        runs = [run for path in args.tabulate for run in json.loads(path.read_text())]
+        table(runs, [r for r in RECIPES if any(run["recipe"] == r for run in runs)])
+        return
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
     print(f"CPUs: {os.cpu_count()}; {args.jobs} runs at a time; load average before: {os.getloadavg()[0]:.2f}\n")
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
@@ -84,10 +91,16 @@ def main() -> None:
         runs = list(pool.map(lambda job: run_one(*job, Path(tmp), threads), jobs))
     if args.json:
         args.json.write_text(json.dumps(runs, indent=2) + "\n")
-    print(f"seeds {' '.join(map(str, args.seeds))}: mean ± std over seeds\n")
+    table(runs, args.recipes)
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+
+
+def table(runs: list[dict], recipes: list[str]) -> None:
+    """Markdown table: per recipe and part, first and last tenth and the gain, mean ± std over seeds."""
+    print(f"seeds {' '.join(sorted({str(r['seed']) for r in runs}))}: mean ± std over seeds\n")
     print("| recipe | steps | part | first tenth | last tenth | gain | training s (per run) | alerts |")
     print("|---|---|---|---|---|---|---|---|")
-    for recipe in args.recipes:
+    for recipe in recipes:
         mine = [r for r in runs if r["recipe"] == recipe]
         alerts = sorted({a for r in mine for a in r["alerts"]})
         for i, part in enumerate(mine[0]["parts"]):
@@ -97,7 +110,6 @@ def main() -> None:
             tail = (spread([r["train_s"] for r in mine]), ", ".join(alerts) or "none") if i == 0 else ("", "")
             print(f"| {head[0]} | {head[1]} | {part} | {spread(first)} | {spread(last)} | {spread(gain)} | "
                   f"{tail[0]} | {tail[1]} |")  # fmt: skip
-    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
