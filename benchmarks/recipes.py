@@ -68,8 +68,9 @@ def run_one(recipe: str, seed: int, workdir: Path, threads: int) -> dict:
     }
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
+def spread(values: list[float], digits: int = 2) -> str:
+    mean = f"{statistics.mean(values):.{digits}f}"
+    return f"{mean} ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else mean
 
 
 def main() -> None:
@@ -107,7 +108,7 @@ def table(runs: list[dict], recipes: list[str]) -> None:
             first, last = ([r["parts"][part][k] for r in mine] for k in (0, 1))
             gain = [b - a for a, b in zip(first, last, strict=True)]
             head = (f"`{recipe}`", str(mine[0]["steps"])) if i == 0 else ("", "")
-            tail = (spread([r["train_s"] for r in mine]), ", ".join(alerts) or "none") if i == 0 else ("", "")
+            tail = (spread([r["train_s"] for r in mine], digits=0), ", ".join(alerts) or "none") if i == 0 else ("", "")
             print(f"| {head[0]} | {head[1]} | {part} | {spread(first)} | {spread(last)} | {spread(gain)} | "
                   f"{tail[0]} | {tail[1]} |")  # fmt: skip
 
