@@ -10,6 +10,7 @@ Usage::
     .venv/bin/python benchmarks/recipes.py --recipes content_creation --seeds 42 --jobs 1
     .venv/bin/python benchmarks/recipes.py --seeds 42 --json a.json   # then --seeds 43 --json b.json
     .venv/bin/python benchmarks/recipes.py --tabulate a.json b.json    # one table over both
+    .venv/bin/python benchmarks/recipes.py --tabulate runs/content_creation-42   # a run's job folder
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ def run_one(recipe: str, seed: int, workdir: Path, threads: int) -> dict:
     result = subprocess.run([sys.executable, "run.py", *overrides], cwd=ROOT, capture_output=True, text=True)
     if result.returncode:
         sys.exit(f"{recipe} (seed {seed}) failed:\n{result.stderr[-2000:]}")
+    return collect(recipe, seed, out)
+
+
+def collect(recipe: str, seed: int, out: Path) -> dict:
+    """One finished run's figures, from its job folder."""
     summary = json.loads((out / "summary.json").read_text())
     return {
         "recipe": recipe,
@@ -66,6 +72,14 @@ def run_one(recipe: str, seed: int, workdir: Path, threads: int) -> dict:
         "steps": summary["steps"],
         "alerts": sorted(a["kind"] for a in summary["alerts"]),
     }
+
+
+def load(path: Path) -> list[dict]:
+    """Runs from a --json file, or from a job folder named ``<recipe>-<seed>``."""
+    if path.is_dir():
+        recipe, seed = path.name.rsplit("-", 1)
+        return [collect(recipe, int(seed), path)]
+    return json.loads(path.read_text())
 
 
 def spread(values: list[float], digits: int = 2) -> str:
@@ -79,10 +93,10 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
     parser.add_argument("--jobs", type=int, default=2, help="runs side by side (each on threads=cores/jobs)")
     parser.add_argument("--json", type=Path, help="also write every run's figures to this file")
-    parser.add_argument("--tabulate", nargs="+", type=Path, help="only print the table of earlier --json files")
+    parser.add_argument("--tabulate", nargs="+", type=Path, help="only tabulate earlier --json files or job folders")
     args = parser.parse_args()
     if args.tabulate:
-        runs = [run for path in args.tabulate for run in json.loads(path.read_text())]
+        runs = [run for path in args.tabulate for run in load(path)]
         table(runs, [r for r in RECIPES if any(run["recipe"] == r for run in runs)])
         return
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
