@@ -66,7 +66,7 @@ RECIPES = {
     "code_generation": ("model=tiny_code", "+recipe=code_generation"),
 }
 # The issue's goals that the embedded model does not reach yet (strict: reaching one fails the test,
-# so its mark gets removed). Its replies barely depend on the prompt (see issue 12's notes).
+# so its mark gets removed). Its replies barely depend on the prompt: benchmarks/recipes.md.
 NOT_YET = pytest.mark.xfail(strict=True, reason="issue 12: not reached on the embedded model yet")
 
 
