@@ -148,6 +148,8 @@ class MonitorSettings:
     max_zero_std_fraction: float = 0.5
     reward_drop: float = 0.3
     min_improvement: float = 0.05
+    max_clipped_ratio: float = 0.5
+    min_part_group_std: float = 0.01
     window: int = 10
 
 

@@ -2,8 +2,11 @@
 
 The article names three signals to watch (mean reward, reward std, KL) and the usual troubles:
 a reward that swings, groups whose completions all score the same, a KL that drifts, a reward
-that barely improves. ``HealthMonitor`` watches moving windows of the logged metrics and raises
-each kind of alert once per run, with the fix in the message.
+that barely improves. Two more come from running the article's scenarios on a small model:
+completions cut at ``max_completion_length`` (a length or format goal they can't reach), and a
+reward part that never varies within a group (it weighs on the reward but teaches nothing).
+``HealthMonitor`` watches moving windows of the logged metrics and raises each kind of alert once
+per run (once per part for flat parts), with the fix in the message.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from grpo_exp.config import MonitorSettings
+
+PART_PREFIX, GROUP_STD_SUFFIX = "rewards/", "/group_std"  # the key compose.WeightedReward logs
 
 
 @dataclass(frozen=True)
@@ -33,8 +38,12 @@ class HealthMonitor:
         self.best_reward: float | None = None
         self.alerts: list[Alert] = []
         self.rewards_seen = 0
+        self.varied: set[str] = set()  # group_std keys that have been above the flat threshold once
 
     def observe(self, step: int, logs: dict[str, float]) -> list[Alert]:
+        self.varied |= {
+            k for k, v in logs.items() if k.endswith(GROUP_STD_SUFFIX) and v > self.settings.min_part_group_std
+        }
         means = {k: self._push(k, v) for k, v in logs.items() if isinstance(v, int | float)}
         self.rewards_seen += "reward" in logs
         return self._raise(step, self._breaches({k: v for k, v in means.items() if v is not None}))
@@ -60,13 +69,15 @@ class HealthMonitor:
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps, so a resumed run neither forgets its windows nor repeats an alert."""
-        state = {k: v for k, v in vars(self).items() if k != "settings"}
+        state = {k: sorted(v) if isinstance(v, set) else v for k, v in vars(self).items() if k != "settings"}
         state["windows"] = {key: list(window) for key, window in self.windows.items()}
         state["alerts"] = [asdict(alert) for alert in self.alerts]
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        vars(self).update({k: v for k, v in state.items() if k not in ("windows", "alerts")})
+        for key, value in state.items():
+            if key not in ("windows", "alerts"):
+                setattr(self, key, set(value) if isinstance(getattr(self, key, None), set) else value)
         self.windows = {k: deque(v, maxlen=self.settings.window) for k, v in state.get("windows", {}).items()}
         self.alerts = [Alert(**alert) for alert in state.get("alerts", [])]
 
@@ -97,6 +108,16 @@ class HealthMonitor:
                     "raise grpo.num_generations or grpo.temperature, or make the reward less all-or-nothing"
                 ),
             )
+        if (clipped := means.get("completions/clipped_ratio")) is not None and clipped > s.max_clipped_ratio:
+            yield (
+                "truncated",
+                (
+                    f"{clipped:.0%} of completions were cut at the length limit (mean of {s.window} steps): "
+                    "they can't finish, so rewards on their ending or length can't improve; "
+                    "raise grpo.max_completion_length"
+                ),
+            )
+        yield from self._flat_parts(means)
         if (reward := means.get("reward")) is not None:
             self.first_reward = reward if self.first_reward is None else self.first_reward
             self.best_reward = reward if self.best_reward is None else max(self.best_reward, reward)
@@ -107,6 +128,25 @@ class HealthMonitor:
                         f"mean reward fell from {self.best_reward:.3f} to {reward:.3f}: training is unstable; "
                         "simplify the reward to one or two goals, use grpo.num_generations=8, and "
                         "optimizer.lr=1e-5 with optimizer.warmup_steps=0.1"
+                    ),
+                )
+
+    def _flat_parts(self, means: dict[str, float]) -> Iterator[tuple[str, str]]:
+        """Parts whose spread within groups (``rewards/<part>/group_std``) has stayed at about zero.
+
+        Only parts that never varied: one that varied and then converged (every completion right)
+        has done its job, and a low reward std already speaks for the whole reward.
+        """
+        for key in means:
+            part = key.removeprefix(PART_PREFIX).removesuffix(GROUP_STD_SUFFIX)
+            if key == f"{PART_PREFIX}{part}{GROUP_STD_SUFFIX}" and key not in self.varied:
+                yield (
+                    f"flat_part/{part}",
+                    (
+                        f"reward part {part!r} scored every completion of a group alike for {self.settings.window} "
+                        "steps, so it gives GRPO no signal while it weighs on the reward: check that the model "
+                        "can produce what it rewards (a warm-up or base model closer to the task), grade it more "
+                        f"finely, or drop reward.parts.{part}"
                     ),
                 )
 

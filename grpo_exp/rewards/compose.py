@@ -4,7 +4,9 @@ Each part becomes one TRL reward function, so TRL logs ``rewards/<part>/mean`` f
 parts with ``reward_weights``. The wrapper also hides the differences between call styles, flattens
 chat completions to text, holds a part back until its ``start_step`` (progressive schedules),
 scales a part by another's score (``scale_by``: simplicity counts only for code that passes its
-tests), and checks what the function returns.
+tests), checks what the function returns, and logs the part's spread within groups
+(``rewards/<part>/group_std``): a part that never varies inside a group gives GRPO nothing to compare,
+and the monitor says so.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class WeightedReward:
             factors = self.scale_by.scores_for(prompts, completions, **kwargs)
             checked = [s if s is None or f is None else s * f for s, f in zip(checked, factors, strict=True)]
         self._last = (completions, checked)
+        if (log_metric := kwargs.get("log_metric")) is not None and (spread := group_std(prompts, checked)) is not None:
+            log_metric(f"rewards/{self.__name__}/group_std", spread)
         return checked
 
     def _score(self, prompts: list[Any], completions: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -99,6 +103,24 @@ def required_columns(reward: WeightedReward) -> set[str]:
     supplied = TRL_ARGUMENTS | ({"completions"} if reward.style is CallStyle.BUILTIN else set())
     column = reward.params.get("column")
     return (named - supplied) | ({column} if isinstance(column, str) else set())
+
+
+def group_std(prompts: list[Any], scores: list[float | None]) -> float | None:
+    """Mean standard deviation of ``scores`` within each group (a run of equal prompts); None without a group.
+
+    TRL lays a group's completions side by side, so consecutive equal prompts are one group; unscored
+    completions (None) are left out, and a group needs two scores to have a spread.
+    """
+    spreads: list[float] = []
+    start = 0
+    for end in range(1, len(prompts) + 1):
+        if end == len(prompts) or prompts[end] != prompts[start]:
+            values = [s for s in scores[start:end] if s is not None]
+            if len(values) > 1:
+                mean = sum(values) / len(values)
+                spreads.append(math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)))
+            start = end
+    return sum(spreads) / len(spreads) if spreads else None
 
 
 def completion_text(completion: Any) -> str:
