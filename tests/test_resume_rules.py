@@ -96,12 +96,13 @@ def test_differences_name_changed_keys_but_not_adjustable_ones(settings):
 def test_monitor_state_survives_a_checkpoint():
     monitor = HealthMonitor(MonitorSettings(window=2, kl_threshold=0.1))
     for step in (1, 2):
-        monitor.observe(step, {"reward": 0.5, "kl": 0.3})
+        monitor.observe(step, {"reward": 0.5, "kl": 0.3, "rewards/tone/group_std": 0.2})
     restored = HealthMonitor(MonitorSettings(window=2, kl_threshold=0.1))
     restored.load_state_dict(json.loads(json.dumps(monitor.state_dict())))
     assert [a.kind for a in restored.alerts] == ["kl_drift"]
     assert restored.observe(3, {"reward": 0.5, "kl": 0.3}) == [], "an alert raised before the stop is not repeated"
     assert list(restored.windows["reward"]) == [0.5, 0.5] and restored.windows["reward"].maxlen == 2
+    assert restored.varied == {"rewards/tone/group_std"}, "a set survives the JSON of a checkpoint"
 
 
 def test_second_signal_stops_at_once():
