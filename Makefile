@@ -12,7 +12,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
-EXTRAS ?= dev,sweeps,optuna,dashboard
+EXTRAS ?= dev,sweeps,optuna,dashboard,ray
 ARGS ?=
 PYTEST_ARGS ?=
 BIN := $(VENV)/bin

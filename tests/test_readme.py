@@ -35,13 +35,19 @@ SKIPPED = {
     "python run.py -m model=qwen2_5_0_5b_instruct": "downloads a model from the hub (and wants a GPU)",
     "python run.py model=mistral_7b_instruct": "a 7B model in 4 bits: needs a CUDA GPU and the hub",
     "python run.py dataset=hub": "downloads a dataset from the hub",
+    "pip install": "installs an optional extra from the package index (the network)",
+    "'sweep=$(ls'": "shell variable for the dashboard commands below, which need a W&B server or login",
+    "python -m grpo_exp.dashboard": "needs a finished sweep and a W&B login (tests/test_dashboard.py runs it offline)",
+    "accelerate launch": "several GPUs (tests/test_accelerate_configs.py checks the configs parse)",
+    "CUDA_VISIBLE_DEVICES=": "several GPUs and vLLM",
+    ".venv/bin/python benchmarks/": "a benchmark of several minutes, not a test",
 }
 
 
 def readme_commands() -> list[str]:
     """Each command line of the README's bash blocks, comments dropped."""
     blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
-    lines = [line for block in blocks for line in block.splitlines()]
+    lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
     return [shlex.join(shlex.split(line, comments=True)) for line in lines if shlex.split(line, comments=True)]
 
 
