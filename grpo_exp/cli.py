@@ -47,7 +47,7 @@ def preflight(argv: list[str]) -> list[str]:
         # Listing the groups for help makes Hydra deep-copy every stored config once per group (~100
         # times); the typed schema would cost ~0.15 s there and check nothing, as help runs no job.
         ConfigStore.instance().store(name="schema", node={})
-        return
+        return argv
     register_schema()
     if any(getattr(args, flag, None) for flag in _PRINT_ONLY) or args.config_dir or args.experimental_rerun:
         return argv
