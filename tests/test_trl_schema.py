@@ -49,7 +49,12 @@ def test_trl_accepts_our_grpo_defaults(settings, tmp_path: Path):
     args = grpo_config(cfg, tmp_path, checked.weights, gpu=False, report_to_wandb=False)
     assert (args.top_k, args.epsilon_high, args.save_total_limit) == (5, 0.28, 2)
     assert args.per_device_train_batch_size == 12 and args.num_generations == 6
-    assert args.learning_rate == cfg.optimizer.lr and args.save_strategy == "no" and not args.bf16
+    assert args.learning_rate == cfg.optimizer.lr and not args.bf16
+    assert (args.save_strategy, args.save_steps) == ("steps", cfg.grpo.save_steps)  # checkpoints on by default
+    no_checkpoints = settings("grpo.save_steps=0")
+    validate(no_checkpoints)
+    off = grpo_config(no_checkpoints, tmp_path, checked.weights, gpu=False, report_to_wandb=False)
+    assert off.save_strategy == "no"
 
 
 def test_options_that_were_never_mapped_reach_the_trainer(settings, tmp_path: Path):

@@ -12,7 +12,7 @@ from grpo_exp.validate import validate
 def test_vllm_without_a_gpu_is_turned_off_with_one_line(settings, monkeypatch, tmp_path, mode):
     monkeypatch.setattr("grpo_exp.hardware.cuda_available", lambda: False)
     cfg = settings("grpo.use_vllm=true", f"grpo.vllm_mode={mode}")
-    warnings = validate(cfg)
+    warnings = validate(cfg).warnings
     assert len(warnings) == 1 and "\n" not in warnings[0]
     assert "grpo.use_vllm=true needs a GPU" in warnings[0]
     assert grpo_config(cfg, tmp_path, [1.0], gpu=False, report_to_wandb=False).use_vllm is False
