@@ -97,8 +97,11 @@ def main() -> None:
         for n in range(args.repeats):
             runs: dict[str, tuple[Path, list[str]]] = {}
             for version, root in versions.items():
-                runs[f"{version}:framework"] = (root, ["run.py", "logger=none"])
-                runs[f"{version}:wandb"] = (root, ["run.py", "logger.mode=offline"])
+                # Like the baseline, no periodic checkpoints: their cost is a feature's, measured by
+                # benchmarks/checkpoints.py (an older checkout has no checkpoints by default anyway).
+                plain = ["grpo.save_steps=0"] if version == "after" else []
+                runs[f"{version}:framework"] = (root, ["run.py", "logger=none", *plain])
+                runs[f"{version}:wandb"] = (root, ["run.py", "logger.mode=offline", *plain])
             runs["baseline"] = (ROOT, [str(HERE / "trl_baseline.py"), "--model", model])
             for name in list(runs) if n % 2 == 0 else reversed(runs):  # no side always goes first
                 root, command = runs[name]
