@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from grpo_exp import resume as resume_rules
 from grpo_exp.config import CONF_DIR, register_schema
 from grpo_exp.errors import UserError, describe_failure
+from grpo_exp.resume import override_key
 from grpo_exp.stops import JobStopped
 
 log = logging.getLogger("grpo_exp")
@@ -59,7 +60,7 @@ def preflight(argv: list[str]) -> list[str]:
         if resume_to is not None:
             return [*argv, f"hydra.run.dir='{resume_to}'", "hydra.output_subdir=null"]
         check_command(config_dir, args.config_name or "config", args.overrides, args.multirun)
-        if args.multirun and "hydra.sweep.dir" not in {_key(o) for o in args.overrides}:
+        if args.multirun and "hydra.sweep.dir" not in {override_key(o) for o in args.overrides}:
             return [*argv, f"hydra.sweep.dir='{_sweep_dir(config_dir, args.config_name or 'config', args.overrides)}'"]
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -87,7 +88,7 @@ def _sweep_dir(config_dir: Path, config_name: str, overrides: list[str]) -> str:
 
 def _resume_folder(overrides: list[str], multirun: bool) -> Path | None:
     """For ``resume=<job folder>``: the folder, once it and the other overrides are checked."""
-    values = {_key(o): o.split("=", 1)[1] for o in overrides if "=" in o}
+    values = {override_key(o): o.split("=", 1)[1] for o in overrides if "=" in o}
     resume = values.get("resume", resume_rules.NEVER)
     folder_key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     if resume == resume_rules.AUTO and folder_key not in values:
@@ -104,9 +105,9 @@ def _resume_folder(overrides: list[str], multirun: bool) -> Path | None:
         raise UserError(f"resume={resume} writes into that folder; leave out hydra.run.dir")
     resume_rules.check_folder(folder)
     resume_rules.check_overrides(resume, overrides)
-    from grpo_exp.validate import validate
+    from grpo_exp.preflight import checked_record
 
-    validate(resume_rules.recorded_settings(folder, overrides))
+    checked_record(folder, overrides)
     return folder
 
 
@@ -115,15 +116,13 @@ def run_job(cfg: DictConfig) -> float:
     hydra_cfg = HydraConfig.get()
     output_dir = Path(hydra_cfg.runtime.output_dir)
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
-    from grpo_exp.preflight import checked_job
+    from grpo_exp.preflight import checked_job, checked_record
     from grpo_exp.tracking import identity_from_hydra
-    from grpo_exp.validate import validate
 
     try:
         overrides = list(hydra_cfg.overrides.task)
         if resume_rules.is_folder(str(cfg.resume)):  # the run's recorded config, not this composition
-            settings = resume_rules.recorded_settings(output_dir, overrides)
-            checked = validate(settings)
+            settings, checked = checked_record(output_dir, overrides)
         else:
             settings, checked = checked_job(cfg)
         plan = resume_rules.plan(settings, output_dir)
@@ -157,24 +156,14 @@ def run_job(cfg: DictConfig) -> float:
 
 def resume_command(output_dir: Path) -> str:
     """The command that continues this job: its folder alone, or for a sweep the sweep's command."""
+    from grpo_exp.tracking import sweep_command
+
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return f"python run.py resume={shlex.quote(str(output_dir))}"
-    kept = [o for o in hydra_cfg.overrides.task if _key(o) not in ("resume", "hydra.sweep.dir")]
-    sweep = [o for o in _sweep_overrides(Path(hydra_cfg.sweep.dir)) if _key(o) not in ("resume", "hydra.sweep.dir")]
+    kept = [o for o in hydra_cfg.overrides.task if override_key(o) not in ("resume", "hydra.sweep.dir")]
+    sweep = [
+        o for o in sweep_command(Path(hydra_cfg.sweep.dir)) if override_key(o) not in ("resume", "hydra.sweep.dir")
+    ]
     words = ["python", "run.py", "-m", *(sweep or kept), f"hydra.sweep.dir={hydra_cfg.sweep.dir}", "resume=auto"]
     return shlex.join(words)
-
-
-def _sweep_overrides(sweep_dir: Path) -> list[str]:
-    """The sweep's own command-line overrides (with their value lists), from Hydra's multirun.yaml."""
-    saved = sweep_dir / "multirun.yaml"
-    if not saved.is_file():
-        return []
-    from omegaconf import OmegaConf
-
-    return list(OmegaConf.load(saved).hydra.overrides.task)
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 
-def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | None, resume_hint: str | None) -> str:
+def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | None) -> str:
     """A few aligned lines from ``summary.json``: status, steps, reward, KL, alerts, folder, W&B."""
     rows = [("status", summary.get("status", "?")), ("steps", _steps(summary))]
     if summary.get("first_reward") is not None:
@@ -30,8 +30,6 @@ def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | Non
     rows.append(("folder", str(job_dir)))
     if wandb_hint:
         rows.append(("W&B", wandb_hint))
-    if resume_hint:
-        rows.append(("resume", resume_hint))
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"  {label:<{width}}  {value}" for label, value in rows)
 

@@ -50,6 +50,19 @@ def checked_job(cfg: DictConfig) -> tuple[ExperimentConfig, Checked]:
     return _CHECKED[key]
 
 
+def checked_record(folder: Path, overrides: Sequence[str]) -> tuple[ExperimentConfig, Checked]:
+    """The validated settings a job folder recorded, with a resume's adjustments; once per process,
+    like ``checked_job`` (the preflight and the resumed job share the result)."""
+    from grpo_exp import resume
+
+    adjustments = [o for o in overrides if resume.override_key(o) in resume.ADJUSTABLE]
+    key = f"resume:{folder.resolve()}:{adjustments}"
+    if key not in _CHECKED:
+        settings = resume.recorded_settings(folder, adjustments)
+        _CHECKED[key] = (settings, validate(settings))
+    return _CHECKED[key]
+
+
 def compose_job(config_name: str, overrides: Sequence[str], with_hydra: bool = False) -> DictConfig:
     """One job's config (with Hydra's own node if asked), or a one-line UserError saying why not."""
     try:

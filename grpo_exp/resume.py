@@ -117,7 +117,7 @@ def check_folder(folder: Path) -> None:
 
 def check_overrides(folder: str, overrides: Sequence[str]) -> None:
     """Refuse overrides that would make a resumed job a different experiment, naming them."""
-    refused = [o for o in overrides if _key(o) not in ADJUSTABLE and not _key(o).startswith("hydra.")]
+    refused = [o for o in overrides if override_key(o) not in ADJUSTABLE and not override_key(o).startswith("hydra.")]
     if refused:
         raise UserError(
             f"resume={folder} continues the run with its recorded config; these overrides would change the "
@@ -188,7 +188,8 @@ def _row_step(line: str) -> int:
         return _TORN
 
 
-def _key(override: str) -> str:
+def override_key(override: str) -> str:
+    """The key an override sets, without Hydra's ``+``/``++``/``~`` prefixes."""
     return override.split("=", 1)[0].lstrip("+~")
 
 

@@ -66,14 +66,18 @@ def swept_keys(sweep_dir: Path, params: dict[str, Any]) -> list[str]:
     The command line of the whole sweep is only in ``multirun.yaml``, which the sweeper writes
     into the sweep folder before it starts any job.
     """
-    keys = list(params)
-    saved = sweep_dir / "multirun.yaml"
-    if saved.is_file():
-        from omegaconf import OmegaConf
-
-        command = OmegaConf.load(saved).hydra.overrides.task
-        keys += [o.key_or_group for o in _parse(command) if o.is_sweep_override()]
+    keys = list(params) + [o.key_or_group for o in _parse(sweep_command(sweep_dir)) if o.is_sweep_override()]
     return list(dict.fromkeys(k.lstrip("+~") for k in keys))
+
+
+def sweep_command(sweep_dir: Path) -> list[str]:
+    """The sweep's own command-line overrides (value lists included), from Hydra's ``multirun.yaml``."""
+    saved = sweep_dir / "multirun.yaml"
+    if not saved.is_file():
+        return []
+    from omegaconf import OmegaConf
+
+    return list(OmegaConf.load(saved).hydra.overrides.task)
 
 
 def _parse(overrides: Any) -> list[Any]:
@@ -168,6 +172,8 @@ def continue_history(run: Any, mode: str, output_dir: Path, resumed_from: int, r
     rows in flight) are sent from ``metrics.jsonl`` (``rows``); steps after it that W&B already
     holds are not sent again (``ResumedWandbCallback``).
     """
+    from transformers.integrations.integration_utils import rewrite_logs  # W&B's train/ keys, as logged live
+
     from grpo_exp import wandb_offline
 
     if mode == "offline":
@@ -179,7 +185,7 @@ def continue_history(run: Any, mode: str, output_dir: Path, resumed_from: int, r
     run.log({"resume/from_step": resumed_from}, step=step)
     for row in rows:
         if sent < row["step"] <= resumed_from:
-            run.log({**{f"train/{k}": v for k, v in row.items() if k != "step"}, "train/global_step": row["step"]})
+            run.log({**rewrite_logs({k: v for k, v in row.items() if k != "step"}), "train/global_step": row["step"]})
     return max(sent, resumed_from)
 
 

@@ -71,8 +71,9 @@ def train(
     logger = settings.logger if primary else dataclasses.replace(settings.logger, backend="none")
     stop = StopRequest()
     hint = None
-    run_id = run_info.get("wandb", {}).get("id")
-    with wandb_run(logger, identity, {**resolved, "provenance": record}, output_dir, run_id) as run:
+    with wandb_run(
+        logger, identity, {**resolved, "provenance": record}, output_dir, run_info.get("wandb", {}).get("id")
+    ) as run:
         if primary:
             _write_run_info(output_dir, run_info, record, run, resume_point)
         sent_step = 0
@@ -104,7 +105,7 @@ def train(
             latest = checkpoints.latest(output_dir)
             raise JobStopped(stop.exit_code, summary["steps"], str(latest.path) if latest else None, stop.handover())
     if primary:
-        print(format_outcome(summary, output_dir, hint, None), flush=True)
+        print(format_outcome(summary, output_dir, hint), flush=True)
     objective = summary.get(settings.objective)
     return float(objective) if objective is not None else float("nan")
 

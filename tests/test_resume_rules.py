@@ -128,7 +128,7 @@ def test_outcome_block_names_status_reward_kl_alerts_and_folder(tmp_path):
         "steps_above_kl_threshold": 120,
         "alerts": [{"kind": "kl_drift", "step": 10, "message": "..."}],
     }
-    text = format_outcome(summary, tmp_path, "saved offline; upload with: wandb sync x", None)
+    text = format_outcome(summary, tmp_path, "saved offline; upload with: wandb sync x")
     assert "150 (resumed from step 100)" in text and "0.100 -> 0.940" in text and "kl_drift (step 10)" in text
     assert str(tmp_path) in text and "wandb sync x" in text
 
