@@ -1,4 +1,4 @@
-"""Shared fixtures: composing the real conf/ tree the way run.py does."""
+"""Shared fixtures: composing the real conf/ tree the way run.py does; feeding the health monitor."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from grpo_exp.cli import CONF_DIR
 from grpo_exp.config import ExperimentConfig, register_schema
+from grpo_exp.monitor import Alert, HealthMonitor
 from grpo_exp.settings import to_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,3 +34,11 @@ def compose_cfg() -> Callable[..., DictConfig]:
 def settings(compose_cfg: Callable[..., DictConfig]) -> Callable[..., ExperimentConfig]:
     """settings("grpo.num_generations=4") -> the typed config of that job."""
     return lambda *overrides: to_settings(compose_cfg(*overrides))
+
+
+def feed(monitor: HealthMonitor, rows: list[dict]) -> list[Alert]:
+    """Each row to the monitor as one logging step (steps 1, 2, ...); every alert raised."""
+    alerts = []
+    for step, row in enumerate(rows, start=1):
+        alerts += monitor.observe(step, row)
+    return alerts

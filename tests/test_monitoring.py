@@ -10,15 +10,9 @@ from grpo_exp import tracking
 from grpo_exp.config import LoggerSettings, MonitorSettings
 from grpo_exp.metrics import append_metrics, read_metrics, summarize
 from grpo_exp.monitor import HealthMonitor
+from tests.conftest import feed
 
 WINDOW = 4
-
-
-def feed(monitor: HealthMonitor, rows: list[dict]) -> list:
-    alerts = []
-    for step, row in enumerate(rows, start=1):
-        alerts += monitor.observe(step, row)
-    return alerts
 
 
 def healthy(reward: float = 0.5) -> dict:

@@ -7,15 +7,9 @@ import pytest
 from grpo_exp.config import MonitorSettings, RewardPart, RewardSettings
 from grpo_exp.monitor import HealthMonitor
 from grpo_exp.rewards.compose import build_rewards, group_std
+from tests.conftest import feed
 
 WINDOW = 4
-
-
-def feed(monitor: HealthMonitor, rows: list[dict]) -> list:
-    alerts = []
-    for step, row in enumerate(rows, start=1):
-        alerts += monitor.observe(step, row)
-    return alerts
 
 
 def step(clipped: float = 0.0, **group_stds: float) -> dict:
