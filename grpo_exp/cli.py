@@ -53,11 +53,15 @@ def preflight(argv: list[str]) -> list[str]:
     if any(getattr(args, flag, None) for flag in _PRINT_ONLY) or args.config_dir or args.experimental_rerun:
         return argv
     config_dir = CONF_DIR.parent / args.config_path if args.config_path else CONF_DIR
-    from grpo_exp.preflight import check_command  # not needed by --help and --cfg, which return above
+    from grpo_exp.preflight import check_command, checked_record  # --help and --cfg return above
 
     try:
         resume_to = _resume_folder(args.overrides, args.multirun)
         if resume_to is not None:
+            # The job runs the folder's recorded config, but Hydra still composes this command line
+            # (a `+resume=` on the schema's own key fails there): check that it does.
+            check_command(config_dir, args.config_name or "config", args.overrides, multirun=False, validating=False)
+            checked_record(resume_to, args.overrides)
             return [*argv, f"hydra.run.dir='{resume_to}'", "hydra.output_subdir=null"]
         check_command(config_dir, args.config_name or "config", args.overrides, args.multirun)
         if args.multirun and "hydra.sweep.dir" not in {override_key(o) for o in args.overrides}:
@@ -87,7 +91,7 @@ def _sweep_dir(config_dir: Path, config_name: str, overrides: list[str]) -> str:
 
 
 def _resume_folder(overrides: list[str], multirun: bool) -> Path | None:
-    """For ``resume=<job folder>``: the folder, once it and the other overrides are checked."""
+    """For ``resume=<job folder>``: the folder, once it exists and the other overrides may change."""
     values = {override_key(o): o.split("=", 1)[1] for o in overrides if "=" in o}
     resume = values.get("resume", resume_rules.NEVER)
     folder_key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
@@ -105,9 +109,6 @@ def _resume_folder(overrides: list[str], multirun: bool) -> Path | None:
         raise UserError(f"resume={resume} writes into that folder; leave out hydra.run.dir")
     resume_rules.check_folder(folder)
     resume_rules.check_overrides(resume, overrides)
-    from grpo_exp.preflight import checked_record
-
-    checked_record(folder, overrides)
     return folder
 
 

@@ -32,13 +32,20 @@ MAX_CHECKED_JOBS = 64
 _CHECKED: dict[str, tuple[ExperimentConfig, Checked]] = {}
 
 
-def check_command(config_dir: Path, config_name: str, overrides: Sequence[str], multirun: bool) -> None:
-    """Compose and validate each job the command would run; a one-line UserError for the first bad one."""
+def check_command(
+    config_dir: Path, config_name: str, overrides: Sequence[str], multirun: bool, validating: bool = True
+) -> None:
+    """Compose and validate each job the command would run; a one-line UserError for the first bad one.
+
+    ``validating=False`` only composes (a resumed job validates its folder's recorded config instead).
+    """
     register_schema()
     with initialize_config_dir(config_dir=str(config_dir.resolve()), version_base="1.3"):
         jobs = list(job_overrides(config_name, overrides)) if multirun else [list(overrides)]
         for job in jobs[:MAX_CHECKED_JOBS]:
-            checked_job(compose_job(config_name, job))
+            cfg = compose_job(config_name, job)
+            if validating:
+                checked_job(cfg)
 
 
 def checked_job(cfg: DictConfig) -> tuple[ExperimentConfig, Checked]:

@@ -153,7 +153,11 @@ def job_folder(tmp_path: Path) -> Path:
         (["-m", "resume={job}"], "continues one job; to resume a sweep"),
         (["resume={job}", "+grpo.beta=0.2"], "would change the experiment: +grpo.beta=0.2"),
         (["resume={job}", "hydra.run.dir=elsewhere"], "leave out hydra.run.dir"),
-        (["resume={job}", "logger=nowhere"], "no logger config named 'nowhere'; available: none, wandb"),
+        (
+            ["resume={job}", "logger=nowhere"],
+            "no logger config named 'nowhere'; did you mean logger=none? available: none, wandb",
+        ),
+        (["+resume={job}"], "Could not append to config. An item is already at 'resume'"),
     ],
 )
 def test_bad_resume_commands_get_one_line_before_anything_loads(tmp_path, args, message):
