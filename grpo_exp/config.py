@@ -205,4 +205,6 @@ class ExperimentConfig:
 
 def register_schema() -> None:
     """Make the schema available to conf/config.yaml as ``schema`` (idempotent)."""
-    ConfigStore.instance().store(name="schema", node=ExperimentConfig)
+    from grpo_exp.schema_cache import schema_node  # it imports this module
+
+    ConfigStore.instance().store(name="schema", node=schema_node())

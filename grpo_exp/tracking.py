@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,9 +127,11 @@ def wandb_run(
     config: dict[str, Any],
     output_dir: Path,
     run_id: str | None = None,
-) -> Iterator[Any | None]:
-    """An active W&B run for the job (None when tracking is off); finished, or failed, on exit.
+) -> Iterator[Future | None]:
+    """The job's W&B run, opening in the background (None when tracking is off); finished, or failed, on exit.
 
+    ``wandb.init`` spends most of its second waiting for W&B's service process to start and answer;
+    opened while the model loads, that wait costs the job nothing. ``.result()`` gives the run.
     ``config`` (the resolved job config) is nested under ``grpo_exp`` so the TrainingArguments that
     transformers writes at the top level can't clash with it; the overrides sit beside it. With
     ``run_id`` (a resumed job) the same run continues (see ``continue_history``).
@@ -139,7 +142,10 @@ def wandb_run(
         return
     import wandb
 
-    run = wandb.init(
+    # wandb.init imports these; here, so that two threads never import the same modules at once.
+    from wandb.sdk.launch.inputs import internal  # noqa: F401
+
+    options = dict(
         project=settings.project,
         entity=settings.entity,
         name=settings.name or identity.name,
@@ -154,13 +160,24 @@ def wandb_run(
         reinit="finish_previous",
         settings=wandb.Settings(silent=True, **system_stats()),  # its banners repeat our one line
     )
-    log.info("W&B run %r: %s", run.name, view_hint(run, mode, output_dir))
+    opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wandb-init")
+    opening = opener.submit(_open, options, output_dir)
+    opener.shutdown(wait=False)
     try:
-        yield run
+        yield opening
     except BaseException as exc:
-        run.finish(exit_code=getattr(exc, "exit_code", 1))  # a clean stop keeps its own code (130, 143)
+        if opening.exception() is None:  # a run that failed to open has nothing to finish
+            opening.result().finish(exit_code=getattr(exc, "exit_code", 1))  # a clean stop keeps its code (130, 143)
         raise
-    run.finish()
+    opening.result().finish()
+
+
+def _open(options: dict[str, Any], output_dir: Path) -> Any:
+    import wandb
+
+    run = wandb.init(**options)
+    log.info("W&B run %r: %s", run.name, view_hint(run, options["mode"], output_dir))
+    return run
 
 
 def continue_history(run: Any, mode: str, output_dir: Path, resumed_from: int, rows: list[dict[str, Any]]) -> int:

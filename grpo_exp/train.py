@@ -15,6 +15,7 @@ import json
 import logging
 import time
 import warnings
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -71,18 +72,27 @@ def train(
     logger = settings.logger if primary else dataclasses.replace(settings.logger, backend="none")
     stop = StopRequest()
     hint = None
+    info = _run_info(run_info, record, resume_point)
+    if primary:
+        _write_run_info(output_dir, info)  # before the model loads: a job killed then still has its record
+    mode = resolve_mode(logger)
     with wandb_run(
-        logger, identity, {**resolved, "provenance": record}, output_dir, run_info.get("wandb", {}).get("id")
-    ) as run:
-        if primary:
-            _write_run_info(output_dir, run_info, record, run, resume_point)
-        sent_step = 0
-        if run is not None and resume_point:
-            rows = read_metrics(output_dir / METRICS_FILE)
-            sent_step = continue_history(run, resolve_mode(logger), output_dir, resume_point.step, rows)
-        hint = view_hint(run, resolve_mode(logger), output_dir) if run is not None else None
+        logger, identity, {**resolved, "provenance": record}, output_dir, info.get("wandb", {}).get("id")
+    ) as opening:
+        run = None
         try:
-            trainer = build_trainer(settings, output_dir, monitor, run, checked, stop=stop, wandb_sent_step=sent_step)
+            trainer = build_trainer(settings, output_dir, monitor, checked, stop=stop, tracked=opening is not None)
+            if opening is not None:  # W&B opened while the model loaded
+                run = opening.result()
+                info["wandb"] = {"id": run.id, "name": run.name, "group": run.group, "project": run.project}
+                if primary:
+                    _write_run_info(output_dir, info)
+                sent = 0
+                if resume_point:
+                    rows = read_metrics(output_dir / METRICS_FILE)
+                    sent = continue_history(run, mode, output_dir, resume_point.step, rows)
+                _follow(trainer, run, sent)
+                hint = view_hint(run, mode, output_dir)
             outcome["startup_s"] = round(time.perf_counter() - started, 2)
             checkpoint = resume_point and resume_point.checkpoint
             with stop.listening():
@@ -97,6 +107,7 @@ def train(
         finally:
             outcome["wall_time_s"] = round(time.perf_counter() - started, 2)
             summary = _summary(settings, output_dir, monitor, identity, outcome, write=primary)
+            run = run or _opened(opening)
             if run is not None:
                 run.summary.update({f"summary/{k}": v for k, v in summary.items() if _scalar(v)})
         if stop.signum is not None:
@@ -114,19 +125,19 @@ def build_trainer(
     settings: ExperimentConfig,
     output_dir: Path,
     monitor: HealthMonitor,
-    run: Any,
     checked: Checked,
     stop: StopRequest | None = None,
-    wandb_sent_step: int = 0,
+    tracked: bool = False,
 ):
-    """Everything heavy happens here: torch, transformers and trl load, the model loads."""
+    """Everything heavy happens here: torch, transformers and trl load, the model loads.
+
+    With ``tracked``, the trainer logs to the W&B run that ``_follow`` hands it once open."""
     import datasets
     from transformers import set_seed
-    from transformers.integrations import WandbCallback
     from transformers.trainer_callback import ProgressCallback
 
     from grpo_exp.job_trainer import JobTrainer, library_bars_off
-    from grpo_exp.trainer_callbacks import JobCallback, ResumedWandbCallback, SignalProgress, StopCallback
+    from grpo_exp.trainer_callbacks import JobCallback, SignalProgress, StopCallback
 
     _quiet_library_noise()
     datasets.disable_progress_bars()  # the prompt set maps in milliseconds; its bars would only clutter
@@ -144,11 +155,11 @@ def build_trainer(
             model=model,
             processing_class=tokenizer,
             reward_funcs=checked.rewards,
-            args=grpo_config(settings, output_dir, checked.weights, gpu, report_to_wandb=run is not None),
+            args=grpo_config(settings, output_dir, checked.weights, gpu, report_to_wandb=tracked),
             train_dataset=dataset,
             peft_config=models.lora_config(settings.model),
             callbacks=[
-                JobCallback(output_dir / METRICS_FILE, monitor, run),
+                JobCallback(output_dir / METRICS_FILE, monitor),
                 CheckpointSeal(monitor),
                 StopCallback(stop or StopRequest()),
             ],
@@ -156,10 +167,27 @@ def build_trainer(
         )
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(SignalProgress())
-    if run is not None and wandb_sent_step:
-        trainer.remove_callback(WandbCallback)
-        trainer.add_callback(ResumedWandbCallback(wandb_sent_step))
     return trainer
+
+
+def _follow(trainer: Any, run: Any, sent_step: int) -> None:
+    """Hand the opened W&B run to the trainer: alerts go to its summary, and after a resume the
+    steps W&B holds already (up to ``sent_step``) are not sent twice."""
+    from transformers.integrations import WandbCallback
+
+    from grpo_exp.trainer_callbacks import JobCallback, ResumedWandbCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, JobCallback):
+            callback.run = run
+    if sent_step:
+        trainer.remove_callback(WandbCallback)
+        trainer.add_callback(ResumedWandbCallback(sent_step))
+
+
+def _opened(opening: Future | None) -> Any:
+    """The W&B run, once its opening has ended; None when tracking is off or it failed to open."""
+    return opening.result() if opening is not None and opening.exception() is None else None
 
 
 def grpo_config(settings: ExperimentConfig, output_dir: Path, weights: list[float], gpu: bool, report_to_wandb: bool):
@@ -237,15 +265,15 @@ def _summary(
     return summary
 
 
-def _write_run_info(
-    output_dir: Path, known: dict[str, Any], record: dict[str, Any], run: Any, resume_point: ResumePoint | None
-) -> None:
+def _run_info(known: dict[str, Any], record: dict[str, Any], resume_point: ResumePoint | None) -> dict[str, Any]:
     """``run_info.json``: the first start's record, the W&B run to continue, and each resume's record."""
     info = dict(known) or {"provenance": record, "resumes": []}
     if resume_point:
         info.setdefault("resumes", []).append({"from_step": resume_point.step, **record})
-    if run is not None:
-        info["wandb"] = {"id": run.id, "name": run.name, "group": run.group, "project": run.project}
+    return info
+
+
+def _write_run_info(output_dir: Path, info: dict[str, Any]) -> None:
     (output_dir / RUN_INFO_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 

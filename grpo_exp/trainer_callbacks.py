@@ -27,7 +27,7 @@ BAR_FIELDS = {"reward": "reward", "reward_std": "std", "kl": "kl", "completions/
 class JobCallback(TrainerCallback):
     """Writes every log to ``metrics.jsonl`` and reports health alerts as they appear."""
 
-    def __init__(self, metrics_path: Path, monitor: HealthMonitor, run: Any | None) -> None:
+    def __init__(self, metrics_path: Path, monitor: HealthMonitor, run: Any | None = None) -> None:
         self.metrics_path = metrics_path
         self.monitor = monitor
         self.run = run

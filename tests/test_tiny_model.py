@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from grpo_exp.cache import CACHE_ENV
 from grpo_exp.config import TinyRecipe
 from grpo_exp.data import read_records, shipped_file
 from grpo_exp.models import tiny
@@ -32,7 +33,7 @@ FORMAT = re.compile(r"^您好.+问题已解决.+如有其他问题请随时联�
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(tiny.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     return tmp_path
 
 

@@ -64,7 +64,7 @@ def test_options_that_were_never_mapped_reach_the_trainer(settings, tmp_path: Pa
     from grpo_exp.validate import validate
 
     cfg = settings("grpo.top_k=5", "grpo.epsilon_high=0.28", "grpo.repetition_penalty=1.1", "logger=none")
-    trainer = build_trainer(cfg, tmp_path, HealthMonitor(cfg.monitor), None, validate(cfg))
+    trainer = build_trainer(cfg, tmp_path, HealthMonitor(cfg.monitor), validate(cfg))
     assert (trainer.args.top_k, trainer.args.epsilon_high, trainer.args.repetition_penalty) == (5, 0.28, 1.1)
     assert trainer.top_k == 5 and trainer.epsilon_high == 0.28
     assert trainer.generation_config.top_k == 5

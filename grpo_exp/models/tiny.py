@@ -15,12 +15,12 @@ import fcntl
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from grpo_exp.cache import cache_root
 from grpo_exp.config import TinyRecipe
 from grpo_exp.data import shipped_file
 from grpo_exp.models.warmup import Example, build_corpus, corpus_files
@@ -29,8 +29,6 @@ log = logging.getLogger(__name__)
 
 # Bump when the build code changes in a way the recipe does not capture.
 BUILDER_VERSION = 1
-CACHE_ENV = "GRPO_EXP_CACHE"
-DEFAULT_CACHE = Path.home() / ".cache" / "grpo_exp"
 PAD, BOS, EOS = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -40,11 +38,6 @@ CHAT_TEMPLATE = (
 )
 LOSS_IGNORE = -100
 SFT_LOG_EVERY = 50
-
-
-def cache_root() -> Path:
-    """Where built models live: $GRPO_EXP_CACHE, else ~/.cache/grpo_exp."""
-    return Path(os.environ.get(CACHE_ENV, DEFAULT_CACHE))
 
 
 def recipe_key(recipe: TinyRecipe) -> str:
