@@ -12,13 +12,14 @@ from tests.test_train_e2e import run_training
 from tests.wandb_records import read_run
 
 STEPS = 3  # evaluations at step 0 (eval_on_start), 2 (eval_steps) and 3 (the last step, not a multiple of 2)
+RUN = (f"grpo.max_steps={STEPS}", "grpo.eval_steps=2", "grpo.eval_on_start=true", "dataset.eval_fraction=0.05")
 EVAL_KEYS = ("eval/reward", "eval/reward_std", "eval/rewards/format/mean")
 
 
 @pytest.fixture(scope="module")
 def eval_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("eval_run")
-    result = run_training(out, f"grpo.max_steps={STEPS}", "grpo.eval_steps=2", "dataset.eval_fraction=0.05")
+    result = run_training(out, *RUN)
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
