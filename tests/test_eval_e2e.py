@@ -21,6 +21,7 @@ def eval_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("eval_run")
     result = run_training(out, *RUN)
     assert result.returncode == 0, result.stderr[-3000:]
+    (out.parent / "console.txt").write_text(result.stdout + result.stderr, encoding="utf-8")
     return out
 
 
@@ -40,6 +41,8 @@ def test_summary_holds_first_final_and_best_eval_reward_and_returns_it(eval_run)
     assert summary["first_eval_reward"] == rewards[0] and summary["final_eval_reward"] == rewards[-1]
     assert summary["best_eval_reward"] == max(rewards) and summary["evaluations"] == len(rewards)
     assert summary["objective"] == "final_eval_reward" and summary["objective_value"] == rewards[-1]
+    console = (eval_run.parent / "console.txt").read_text(encoding="utf-8")
+    assert f"held-out  {rewards[0]:.3f} -> {rewards[-1]:.3f} (reward on prompts never trained on" in console
 
 
 def test_the_wandb_run_logs_the_same_eval_keys(eval_run):
