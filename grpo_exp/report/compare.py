@@ -98,11 +98,11 @@ def _best(sweep: Sweep, stability: list[Stability]) -> list[str]:
     jobs = _jobs_text(job for job in group.jobs if job.finished)
     label = _group_label(sweep, group)
     line = f"- **{head}:** `{label}`: {sweep.objective} {stat.mean:.3f}{spread}, {jobs}."
-    place = next((i for i, s in enumerate(stability, start=1) if s.label == label), None)
-    if place is not None and stability[place - 1].dead:
+    live = [s.label for s in stability if not s.dead]
+    if any(s.label == label and s.dead for s in stability):
         line += " Its reward never varied: it is dead, see below."
-    elif place is not None and len(stability) > 1:
-        line += f" Stability: {_ordinal(place)} of {len(stability)}, see below."
+    elif label in live and len(live) > 1:
+        line += f" Stability: {_ordinal(live.index(label) + 1)} of {len(live)}, see below."
     return [line]
 
 
@@ -143,13 +143,15 @@ def _stability(sweep: Sweep, ranked: list[Stability]) -> list[str]:
     return [*lines, *_kl_lines(drifting, sweep), *collapses]
 
 
+# How each sign of instability reads in the Stability line.
+SIGN_LABELS = {"drop from peak": "drop", "reward-std fall": "std fall", "max KL": "max KL"}
+
+
 def _signs_text(stability: Stability, median_kl: float | None) -> str:
-    parts = [f"drop {stability.signs['drop from peak']:.3f}", f"std fall {stability.signs['reward-std fall']:.3f}"]
-    if "max KL" in stability.signs:
-        kl = stability.signs["max KL"]
-        ratio = f", {kl / median_kl:.1f}× the median" if median_kl else ""
-        parts.append(f"max KL {kl:.3f}{ratio}")
-    return ", ".join(parts)
+    parts = [f"{SIGN_LABELS[name]} {value:.3f}" for name, value in stability.signs.items()]
+    if "max KL" in stability.signs and median_kl:
+        parts[-1] += f", {stability.signs['max KL'] / median_kl:.1f}× the median"
+    return ", ".join(parts) or "nothing logged to judge"
 
 
 def _ordinal(n: int) -> str:
