@@ -400,7 +400,7 @@ def test_a_flat_zero_run_is_dead_not_stable(tmp_path):
     assert len(dead) == 2 and all("the reward stayed at 0.000" in line and "not stable" in line for line in dead)
     assert "`optimizer.lr=1e-06`" in dead[0] + dead[1] and "`optimizer.lr=1e-05`" in dead[0] + dead[1]
     assert "- **KL excursion** in 2 of 4 configurations" in verdict or verdict.count("- **KL excursion:**") == 2
-    assert "Stability: 1st of 2" in verdict  # the best by reward is also the most stable of the live ones
+    assert "Stability: #1 of 2" in verdict  # the best by reward is also the most stable of the live ones
 
 
 def test_a_flat_run_that_is_best_is_called_dead(tmp_path):

@@ -22,7 +22,7 @@ from typing import Any
 from grpo_exp.errors import UserError
 from grpo_exp.metrics import SUMMARY_FILE
 from grpo_exp.report.jobs import FAILED, INCOMPLETE, Job
-from grpo_exp.report.stability import Stability, median_max_kl, rank_stability
+from grpo_exp.report.stability import Stability, describe, median_max_kl, rank_stability
 from grpo_exp.report.sweep import (
     DEFAULT_OBJECTIVE,
     DEFAULT_VALUE,
@@ -102,7 +102,7 @@ def _best(sweep: Sweep, stability: list[Stability]) -> list[str]:
     if any(s.label == label and s.dead for s in stability):
         line += " Its reward never varied: it is dead, see below."
     elif label in live and len(live) > 1:
-        line += f" Stability: {_ordinal(live.index(label) + 1)} of {len(live)}, see below."
+        line += f" Stability: #{live.index(label) + 1} of {len(live)}, see below."
     return [line]
 
 
@@ -113,7 +113,7 @@ def _stability(sweep: Sweep, ranked: list[Stability]) -> list[str]:
     lines = []
     if live:
         median = median_max_kl(ranked)
-        entries = [f"{i}. `{s.label}` ({_signs_text(s, median)})" for i, s in enumerate(live, start=1)]
+        entries = [f"{i}. `{s.label}` ({describe(s, median)})" for i, s in enumerate(live, start=1)]
         more = len(entries) - MAX_LISTED
         listing = "; ".join(entries[:MAX_LISTED]) + (f"; and {more} more" if more > 0 else "")
         no_kl = [job for s in live for job in s.jobs if job.kl_steps is None]
@@ -141,21 +141,6 @@ def _stability(sweep: Sweep, ranked: list[Stability]) -> list[str]:
         if collapsed := [job for job in logged if job.collapsed and not job.dead]:
             collapses.append(f"- **Reward std collapse:** `{label}`: {_collapse_text(collapsed)}.")
     return [*lines, *_kl_lines(drifting, sweep), *collapses]
-
-
-# How each sign of instability reads in the Stability line.
-SIGN_LABELS = {"drop from peak": "drop", "reward-std fall": "std fall", "max KL": "max KL"}
-
-
-def _signs_text(stability: Stability, median_kl: float | None) -> str:
-    parts = [f"{SIGN_LABELS[name]} {value:.3f}" for name, value in stability.signs.items()]
-    if "max KL" in stability.signs and median_kl:
-        parts[-1] += f", {stability.signs['max KL'] / median_kl:.1f}× the median"
-    return ", ".join(parts) or "nothing logged to judge"
-
-
-def _ordinal(n: int) -> str:
-    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def _kl_lines(drifting: list[tuple[str, list[Job]]], sweep: Sweep) -> list[str]:

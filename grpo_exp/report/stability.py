@@ -24,6 +24,9 @@ SIGNS: dict[str, Callable[[Job], float | None]] = {
     "max KL": lambda job: job.value("max_kl"),
 }
 
+# How each sign reads in the report.
+SIGN_LABELS = {"drop from peak": "drop", "reward-std fall": "std fall", "max KL": "max KL"}
+
 
 @dataclass
 class Stability:
@@ -54,6 +57,14 @@ def median_max_kl(ranked: list[Stability]) -> float | None:
     """The sweep's median of the live configurations' max KL: what "relative KL" is relative to."""
     values = [s.signs["max KL"] for s in ranked if not s.dead and "max KL" in s.signs]
     return statistics.median(values) if values else None
+
+
+def describe(stability: Stability, median_kl: float | None) -> str:
+    """Its signs as the Stability line shows them: "drop 0.000, std fall 0.000, max KL 0.2, 1.0× the median"."""
+    parts = [f"{SIGN_LABELS[name]} {value:.3f}" for name, value in stability.signs.items()]
+    if "max KL" in stability.signs and median_kl:
+        parts[-1] += f", {stability.signs['max KL'] / median_kl:.1f}× the median"
+    return ", ".join(parts) or "nothing logged to judge"
 
 
 def _std_fall(job: Job) -> float | None:
