@@ -20,9 +20,9 @@ def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | Non
     if summary.get("final_eval_reward") is not None:
         rows.append(
             (
-                "held-out",
+                "eval",
                 f"{summary['first_eval_reward']:.3f} -> {summary['final_eval_reward']:.3f} "
-                f"(reward on prompts never trained on, first -> last of {summary['evaluations']} evaluations)",
+                f"(held-out reward, first -> last of {summary['evaluations']} evaluations)",
             )
         )
     if summary.get("mean_kl") is not None:
