@@ -42,7 +42,7 @@ def test_summary_holds_first_final_and_best_eval_reward_and_returns_it(eval_run)
     assert summary["best_eval_reward"] == max(rewards) and summary["evaluations"] == len(rewards)
     assert summary["objective"] == "final_eval_reward" and summary["objective_value"] == rewards[-1]
     console = (eval_run.parent / "console.txt").read_text(encoding="utf-8")
-    assert f"eval      {rewards[0]:.3f} -> {rewards[-1]:.3f} (held-out reward, first -> last of 3" in console
+    assert f"eval    {rewards[0]:.3f} -> {rewards[-1]:.3f} (held-out reward, first -> last of 3" in console
 
 
 def test_the_wandb_run_logs_the_same_eval_keys(eval_run):
