@@ -91,6 +91,9 @@ class DatasetSettings:
     system_prompt: str | None = None
     max_prompt_tokens: int = 256
     num_samples: int | None = None
+    eval_fraction: float = 0.1
+    eval_path: str | None = None
+    split_seed: int = 0
 
 
 @dataclass
@@ -199,7 +202,7 @@ class ExperimentConfig:
     device: Device = Device.auto
     threads: int | None = None
     save_model: bool = True
-    objective: Objective = Objective["final_reward"]
+    objective: Objective = Objective["final_eval_reward"]
     resume: str = "never"
 
 

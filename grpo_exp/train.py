@@ -21,11 +21,20 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from grpo_exp import checkpoints, data, hardware, models, provenance
+from grpo_exp import batch, checkpoints, data, hardware, models, provenance
 from grpo_exp.checkpoints import CheckpointSeal
 from grpo_exp.config import ExperimentConfig, OptimizerSettings
 from grpo_exp.errors import describe_failure
-from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE, read_metrics, summarize, write_summary
+from grpo_exp.metrics import (
+    METRICS_FILE,
+    SUMMARY_FILE,
+    objective_value,
+    read_eval_metrics,
+    read_metrics,
+    summarize,
+    summarize_eval,
+    write_summary,
+)
 from grpo_exp.monitor import HealthMonitor
 from grpo_exp.outcome import format_outcome
 from grpo_exp.resume import RUN_INFO_FILE, ResumePoint, rewind_metrics
@@ -117,8 +126,8 @@ def train(
             raise JobStopped(stop.exit_code, summary["steps"], str(latest.path) if latest else None, stop.handover())
     if primary:
         print(format_outcome(summary, output_dir, hint), flush=True)
-    objective = summary.get(settings.objective)
-    return float(objective) if objective is not None else float("nan")
+    value = summary.get("objective_value")
+    return float(value) if value is not None else float("nan")
 
 
 def build_trainer(
@@ -137,7 +146,7 @@ def build_trainer(
     from transformers.trainer_callback import ProgressCallback
 
     from grpo_exp.job_trainer import JobTrainer, library_bars_off
-    from grpo_exp.trainer_callbacks import JobCallback, SignalProgress, StopCallback
+    from grpo_exp.trainer_callbacks import FinalEvaluation, JobCallback, SignalProgress, StopCallback
 
     _quiet_library_noise()
     datasets.disable_progress_bars()  # the prompt set maps in milliseconds; its bars would only clutter
@@ -149,19 +158,28 @@ def build_trainer(
     gpu = settings.device != "cpu" and hardware.cuda_available()
     path = models.model_path(settings.model)
     model, tokenizer = models.load(settings.model, path, gpu)
-    dataset = data.load_prompts(settings.dataset, tokenizer)
+    dataset, held_out = data.load_splits(settings.dataset, tokenizer)
     with library_bars_off():  # the reference model would repeat the policy's "Loading weights" bar
         trainer = JobTrainer(
             model=model,
             processing_class=tokenizer,
             reward_funcs=checked.rewards,
-            args=grpo_config(settings, output_dir, checked.weights, gpu, report_to_wandb=tracked),
+            args=grpo_config(
+                settings,
+                output_dir,
+                checked.weights,
+                gpu,
+                report_to_wandb=tracked,
+                held_out=0 if held_out is None else len(held_out),
+            ),
             train_dataset=dataset,
+            eval_dataset=held_out,
             peft_config=models.lora_config(settings.model),
             callbacks=[
                 JobCallback(output_dir / METRICS_FILE, monitor),
                 CheckpointSeal(monitor),
                 StopCallback(stop or StopRequest()),
+                *([FinalEvaluation()] if held_out is not None else []),
             ],
             print_completions=settings.grpo.print_completions,
         )
@@ -190,8 +208,17 @@ def _opened(opening: Future | None) -> Any:
     return opening.result() if opening is not None and opening.exception() is None else None
 
 
-def grpo_config(settings: ExperimentConfig, output_dir: Path, weights: list[float], gpu: bool, report_to_wandb: bool):
-    """TRL's GRPOConfig: every field of the ``grpo`` group as is, plus what other groups and the job set."""
+def grpo_config(
+    settings: ExperimentConfig,
+    output_dir: Path,
+    weights: list[float],
+    gpu: bool,
+    report_to_wandb: bool,
+    held_out: int = 0,
+):
+    """TRL's GRPOConfig: every field of the ``grpo`` group as is, plus what other groups and the job set.
+
+    ``held_out``: how many held-out prompts the job evaluates; without any, TRL's evaluation is off."""
     from trl import GRPOConfig
 
     g, opt = settings.grpo, settings.optimizer
@@ -218,6 +245,10 @@ def grpo_config(settings: ExperimentConfig, output_dir: Path, weights: list[floa
         use_vllm=g.use_vllm and gpu,
         reward_weights=weights,
     )
+    if held_out:
+        fields.update(per_device_eval_batch_size=batch.eval_batch(settings, held_out))
+    else:
+        fields.update(eval_strategy="no", eval_on_start=False)
     return GRPOConfig(**fields)
 
 
@@ -253,10 +284,15 @@ def _summary(
     write: bool,
 ) -> dict[str, Any]:
     rows = read_metrics(output_dir / METRICS_FILE)
+    evaluation = summarize_eval(read_eval_metrics(output_dir / METRICS_FILE))
+    objective, value = objective_value(evaluation | summarize(rows, settings.monitor.kl_threshold), settings.objective)
     summary = {
         "name": identity.name,
         **outcome,
         **summarize(rows, settings.monitor.kl_threshold),
+        **evaluation,
+        "objective": objective,  # what the job returned to the sweeper: a held-out one falls back without eval
+        "objective_value": value,
         "alerts": [{"kind": a.kind, "step": a.step, "message": a.message} for a in monitor.alerts],
         "overrides": {k: v if _scalar(v) else str(v) for k, v in identity.overrides.items()},
     }
