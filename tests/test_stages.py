@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 import pytest
 
 from grpo_exp.errors import UserError
+from grpo_exp.metrics import read_metrics
 from grpo_exp.rewards.compose import build_rewards
 from grpo_exp.rewards.stages import STAGE_METRIC
+from tests.conftest import ROOT
 
 STAGED = (
     "reward=customer_service_multi",
@@ -109,3 +115,34 @@ def test_thresholds_that_cannot_work_fail_in_one_line(settings, override, messag
     with pytest.raises(UserError, match=re.escape(message)) as err:
         build_rewards(settings(*staged, override).reward)
     assert "\n" not in str(err.value)
+
+
+def test_a_staged_run_enters_stage_2_at_its_threshold_and_keeps_it_through_a_resume(tmp_path):
+    """Real GRPO on the tiny model: information waits for the format's 2-step mean to reach 0.2."""
+    job = tmp_path / "job"
+    staged = (
+        "reward=customer_service_multi",
+        "reward.parts.information.start_when={metric: rewards/format/mean, at_least: 0.2, window: 2}",
+    )
+    first = run_job(*staged, "grpo.max_steps=5", "logger=none", f"hydra.run.dir={job}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = run_job(f"resume={job}", "grpo.max_steps=8")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    rows = read_metrics(job / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    formats = [r["rewards/format/mean"] for r in rows]
+    met = next(i for i in range(1, len(rows)) if (formats[i - 1] + formats[i]) / 2 >= 0.2)  # row index
+    assert rows[met]["step"] < 5, "the threshold must be met before the checkpoint for the resume to matter"
+    for row in rows:
+        entered = row["step"] > rows[met]["step"]
+        assert row["stage"] == (2 if entered else 1), row
+        assert isinstance(row.get("rewards/information/mean"), float) == entered, row
+    assert json.loads((job / "summary.json").read_text())["stage"] == 2
+
+
+def run_job(*overrides: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    return subprocess.run(
+        [sys.executable, "run.py", *overrides], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
