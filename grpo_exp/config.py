@@ -63,6 +63,7 @@ class TinyRecipe:
     sft_batch_tokens: int = 2048
     sft_lr: float = 3e-3
     format_share: float = 0.1
+    answer_share: float = 0.0
     correct_share: float = 0.3
     seed: int = 0
 
