@@ -8,12 +8,13 @@ the shipped customer-service set, this samples replies as GRPO would (temperatur
 - ``own category`` / ``other category``: how often a reply names an answer of the message's own
   category, against one other category's on average (equal: the reply ignores the message);
 - ``format``: share of replies meeting the article's loose format (``^您好.+问题已解决.+$``);
-- the build time of the model (0 when it was cached).
+- the build time of the model, wall and CPU (0 when it was cached).
 
 Usage::
 
     .venv/bin/python benchmarks/conditioning.py                          # the shipped tiny recipe
     .venv/bin/python benchmarks/conditioning.py sft_steps=600 answer_share=0.5   # a variant
+    .venv/bin/python benchmarks/conditioning.py --model path/to/built/model --samples 4
 """
 
 from __future__ import annotations
@@ -46,13 +47,10 @@ def tiny_recipe(overrides: list[str]) -> TinyRecipe:
     return OmegaConf.to_object(merged)
 
 
-def probe(recipe: TinyRecipe, samples: int, max_tokens: int, seed: int) -> dict[str, float]:
+def probe(path: Path, samples: int, max_tokens: int, seed: int) -> dict[str, float]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    started = time.perf_counter()
-    path = ensure_built(recipe)
-    build_s = time.perf_counter() - started
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     records = read_records(shipped_file("customer_service.jsonl"))
@@ -79,7 +77,6 @@ def probe(recipe: TinyRecipe, samples: int, max_tokens: int, seed: int) -> dict[
         "own category": statistics.mean(own),
         "other category": statistics.mean(other),
         "format": statistics.mean(fmt),
-        "build s": build_s,
     }
 
 
@@ -89,11 +86,16 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8, help="replies per prompt (a GRPO group)")
     parser.add_argument("--max-tokens", type=int, default=48, help="the tiny model's max_completion_length")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", type=Path, help="probe this built model folder instead of building one")
     args = parser.parse_args()
-    recipe = tiny_recipe(args.overrides)
-    print("recipe:", {k: v for k, v in dataclasses.asdict(recipe).items() if k != "scenarios"})
-    figures = probe(recipe, args.samples, args.max_tokens, args.seed)
-    print("  ".join(f"{k} {v:.3f}" if k != "build s" else f"{k} {v:.1f}" for k, v in figures.items()))
+    if args.model is None:
+        recipe = tiny_recipe(args.overrides)
+        print("recipe:", dataclasses.asdict(recipe))
+        started, cpu = time.perf_counter(), time.process_time()
+        args.model = ensure_built(recipe)
+        print(f"build: {time.perf_counter() - started:.0f} s wall, {time.process_time() - cpu:.0f} s CPU (0: cached)")
+    figures = probe(args.model, args.samples, args.max_tokens, args.seed)
+    print("  ".join(f"{k} {v:.3f}" for k, v in figures.items()))
 
 
 if __name__ == "__main__":
