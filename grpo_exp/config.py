@@ -63,6 +63,7 @@ class TinyRecipe:
     sft_batch_tokens: int = 2048
     sft_lr: float = 3e-3
     format_share: float = 0.1
+    answer_share: float = 0.0
     correct_share: float = 0.3
     seed: int = 0
 
@@ -97,10 +98,21 @@ class DatasetSettings:
 
 
 @dataclass
+class StartWhen:
+    """A metric threshold that brings a reward part in (staged rewards, grpo_exp/rewards/stages.py)."""
+
+    metric: str = MISSING
+    at_least: float | None = None
+    at_most: float | None = None
+    window: int = 10
+
+
+@dataclass
 class RewardPart:
     fn: str = MISSING
     weight: float = 1.0
     start_step: int = 0
+    start_when: StartWhen | None = None
     scale_by: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
 

@@ -130,6 +130,7 @@ def summarize(rows: list[dict[str, Any]], kl_threshold: float) -> dict[str, Any]
         "steps_above_kl_threshold": sum(k > kl_threshold for k in kls) if kls else None,  # no KL logged: unknown
         "frac_reward_zero_std": _mean(_series(rows, "frac_reward_zero_std")),
         "parts": {k.split("/")[1]: _mean(_series(rows, k)[-edge:]) for k in per_part},
+        **({"stage": int(stages[-1])} if (stages := _series(rows, "stage")) else {}),  # staged rewards only
     }
 
 

@@ -7,6 +7,8 @@ has a difference to learn from:
 - customer service: replies built slot by slot (greeting, solution, resolution, optional polite
   phrase, sign-off); each of the three slots the article's format checks takes its exact wording
   with probability ``format_share ** (1/3)``, so about ``format_share`` of replies meet the format;
+  the solution names the message's required answers with probability ``answer_share``, else it is
+  any solution of the message's category;
 - content creation: the shipped passages, of varied length and keyword use;
 - code generation: the reference solution with probability ``correct_share``, else a near-miss
   variant of it (``code_variants``), in a markdown code block.
@@ -69,7 +71,12 @@ def _customer_service(rng: random.Random, count: int, recipe: TinyRecipe) -> lis
             return rng.choice(fragments[name]["exact" if rng.random() < exact else "other"])
 
         polite = rng.choice(fragments["polite"]) if rng.random() < POLITE_SHARE else ""
-        body = rng.choice(fragments["bodies"][record["category"]])
+        bodies = fragments["bodies"][record["category"]]
+        if recipe.answer_share and rng.random() < recipe.answer_share:  # a body per answer the message needs
+            naming = [rng.choice([b for b in bodies if answer in b]) for answer in record["required_answers"]]
+            body = "".join(dict.fromkeys(naming))
+        else:
+            body = rng.choice(bodies)
         return slot("openings") + body + slot("resolutions") + polite + slot("closings")
 
     chosen = [rng.choice(records) for _ in range(count)]

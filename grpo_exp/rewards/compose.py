@@ -2,7 +2,8 @@
 
 Each part becomes one TRL reward function, so TRL logs ``rewards/<part>/mean`` for it and sums the
 parts with ``reward_weights``. The wrapper also hides the differences between call styles, flattens
-chat completions to text, holds a part back until its ``start_step`` (progressive schedules),
+chat completions to text, holds a part back until its stage begins (``start_step`` or ``start_when``,
+see stages.py),
 scales a part by another's score (``scale_by``: simplicity counts only for code that passes its
 tests), checks what the function returns, and logs the part's spread within groups
 (``rewards/<part>/group_std``): a part that never varies inside a group gives GRPO nothing to compare,
@@ -18,6 +19,7 @@ from typing import Any
 
 from grpo_exp.config import RewardPart, RewardSettings
 from grpo_exp.errors import UserError
+from grpo_exp.rewards.stages import STAGE_METRIC, StageGate
 from grpo_exp.rewards.user import CallStyle, resolve
 
 # Arguments TRL passes every reward function besides the dataset's columns.
@@ -27,12 +29,15 @@ TRL_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "trainer_
 class WeightedReward:
     """One reward part as TRL calls it; ``__name__`` is the part name TRL logs it under."""
 
-    def __init__(self, name: str, part: RewardPart, scale_by: WeightedReward | None = None) -> None:
+    def __init__(
+        self, name: str, part: RewardPart, scale_by: WeightedReward | None = None, gate: StageGate | None = None
+    ) -> None:
         self.__name__ = name
         self.spec = part.fn
         self.fn, self.style = resolve(part.fn)
         self.params = dict(part.params)
-        self.start_step = part.start_step
+        self.gate = gate or StageGate({name: part})
+        self.logs_stage = False  # one part per reward logs the run's stage
         self.scale_by = scale_by
         self._last: tuple[list[Any], list[float | None]] | None = None  # TRL scores one batch part by part
         if self.params and self.style is CallStyle.ARTICLE:
@@ -43,7 +48,10 @@ class WeightedReward:
 
     def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
         state = kwargs.get("trainer_state")
-        if state is not None and state.global_step < self.start_step:
+        log_metric = kwargs.get("log_metric")
+        if self.logs_stage and state is not None and log_metric is not None:
+            log_metric(STAGE_METRIC, self.gate.stage(state))
+        if not self.gate.counts(self.__name__, state):
             return [None] * len(completions)
         try:
             scores = self._score(prompts, completions, kwargs)
@@ -56,7 +64,7 @@ class WeightedReward:
             factors = self.scale_by.scores_for(prompts, completions, **kwargs)
             checked = [s if s is None or f is None else s * f for s, f in zip(checked, factors, strict=True)]
         self._last = (completions, checked)
-        if (log_metric := kwargs.get("log_metric")) is not None and (spread := group_std(prompts, checked)) is not None:
+        if log_metric is not None and (spread := group_std(prompts, checked)) is not None:
             log_metric(f"rewards/{self.__name__}/group_std", spread)
         return checked
 
@@ -136,11 +144,13 @@ def build_rewards(settings: RewardSettings) -> tuple[list[WeightedReward], list[
     """The reward functions and weights for ``GRPOTrainer(reward_funcs=..., args.reward_weights=...)``."""
     if not settings.parts:
         raise UserError("no reward parts configured: pick a reward, e.g. reward=customer_service")
+    gate = StageGate(settings.parts)
     built: dict[str, WeightedReward] = {}
     for name in _scaling_order(settings.parts):
         part = settings.parts[name]
-        built[name] = WeightedReward(name, part, built[part.scale_by] if part.scale_by else None)
+        built[name] = WeightedReward(name, part, built[part.scale_by] if part.scale_by else None, gate)
     functions = [built[name] for name in settings.parts]  # TRL calls them in the config's order
+    functions[0].logs_stage = gate.staged
     weights = [float(part.weight) for part in settings.parts.values()]
     if not all(math.isfinite(w) for w in weights) or not any(weights):
         raise UserError(f"reward weights {weights} must be finite and not all zero")
