@@ -98,9 +98,10 @@ def main() -> None:
         for n in range(args.repeats):
             runs: dict[str, tuple[Path, list[str]]] = {}
             for version, root in versions.items():
-                # Like the baseline, no periodic checkpoints: their cost is a feature's, measured by
-                # benchmarks/checkpoints.py (an older checkout has no checkpoints by default anyway).
-                plain = ["grpo.save_steps=0"] if version == "after" else []
+                # Like the baseline, no periodic checkpoints and no held-out evaluation: their cost is a
+                # feature's, measured by benchmarks/checkpoints.py and eval_cost.py (an older checkout
+                # has neither by default).
+                plain = ["grpo.save_steps=0", "dataset.eval_fraction=0"] if version == "after" else []
                 runs[f"{version}:framework"] = (root, ["run.py", "logger=none", *plain])
                 runs[f"{version}:wandb"] = (root, ["run.py", "logger.mode=offline", *plain])
             runs["baseline"] = (ROOT, [str(HERE / "trl_baseline.py"), "--model", model])

@@ -1,9 +1,10 @@
 """The script a TRL user would write by hand for grpo-exp's default job: the yardstick for its overhead.
 
 Same cached tiny model, same shipped customer-service prompts (wrapped as a user message), the
-same format reward and the same GRPOConfig values as ``python run.py logger=none`` with the
-defaults in conf/; nothing from grpo_exp is imported. At the same seed it logs the same per-step
-rewards and loss as the framework (``tests/test_trl_baseline.py`` checks it), so any difference
+same format reward and the same GRPOConfig values as ``python run.py logger=none
+dataset.eval_fraction=0`` (every prompt trains, none is held out) with the defaults in conf/;
+nothing from grpo_exp is imported. At the same seed it logs the same per-step rewards and loss
+as the framework (``tests/test_overhead.py`` checks it), so any difference
 in time is the framework's own cost. ``benchmarks/overhead.py`` runs the two alternately.
 
 Usage::

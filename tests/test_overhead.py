@@ -29,7 +29,14 @@ def _run(command: list[str]) -> None:
 def test_trl_baseline_reproduces_the_frameworks_rewards_and_loss(settings, tmp_path):
     model = models.model_path(settings().model)
     _run(
-        [sys.executable, "run.py", f"hydra.run.dir={tmp_path / 'framework'}", "logger=none", f"grpo.max_steps={STEPS}"]
+        [
+            sys.executable,
+            "run.py",
+            f"hydra.run.dir={tmp_path / 'framework'}",
+            "logger=none",
+            "dataset.eval_fraction=0",  # the baseline trains on every prompt and evaluates none
+            f"grpo.max_steps={STEPS}",
+        ]
     )
     baseline = [sys.executable, "benchmarks/trl_baseline.py", "--model", model, "--out", str(tmp_path / "baseline")]
     _run([*baseline, "--max-steps", str(STEPS)])
