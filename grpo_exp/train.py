@@ -16,7 +16,7 @@ import logging
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
@@ -32,6 +32,9 @@ from grpo_exp.stops import JobStopped, StopRequest
 from grpo_exp.tracking import RunIdentity, continue_history, resolve_mode, view_hint, wandb_run
 from grpo_exp.trl_schema import TrlGrpoFields
 from grpo_exp.validate import Checked, validate
+
+if TYPE_CHECKING:
+    from grpo_exp.adaptive.stages import Stage
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +85,19 @@ def train(
             sent_step = continue_history(run, resolve_mode(logger), output_dir, resume_point.step, rows)
         hint = view_hint(run, resolve_mode(logger), output_dir) if run is not None else None
         try:
-            trainer = build_trainer(settings, output_dir, monitor, run, checked, stop=stop, wandb_sent_step=sent_step)
-            outcome["startup_s"] = round(time.perf_counter() - started, 2)
-            checkpoint = resume_point and resume_point.checkpoint
-            with stop.listening():
-                trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
+            if settings.adaptive.enabled:  # stages of their own group size (adaptive/stages.py)
+                from grpo_exp.adaptive.stages import train_in_stages
+
+                with stop.listening():
+                    trainer = train_in_stages(settings, output_dir, monitor, run, checked, stop)
+            else:
+                trainer = build_trainer(
+                    settings, output_dir, monitor, run, checked, stop=stop, wandb_sent_step=sent_step
+                )
+                outcome["startup_s"] = round(time.perf_counter() - started, 2)
+                checkpoint = resume_point and resume_point.checkpoint
+                with stop.listening():
+                    trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
             if settings.save_model:
                 trainer.save_model(str(output_dir / "model"))
             outcome["status"] = "completed" if stop.signum is None else "interrupted"
@@ -118,8 +129,11 @@ def build_trainer(
     checked: Checked,
     stop: StopRequest | None = None,
     wandb_sent_step: int = 0,
+    stage: Stage | None = None,
 ):
-    """Everything heavy happens here: torch, transformers and trl load, the model loads."""
+    """Everything heavy happens here: torch, transformers and trl load, the model loads.
+
+    ``stage``: one stage of an adaptive run (its prompts and stage-end callbacks; adaptive/stages.py)."""
     import datasets
     from transformers import set_seed
     from transformers.integrations import WandbCallback
@@ -138,7 +152,7 @@ def build_trainer(
     gpu = settings.device != "cpu" and hardware.cuda_available()
     path = models.model_path(settings.model)
     model, tokenizer = models.load(settings.model, path, gpu)
-    dataset = data.load_prompts(settings.dataset, tokenizer)
+    dataset = stage.prompts if stage else data.load_prompts(settings.dataset, tokenizer)
     with library_bars_off():  # the reference model would repeat the policy's "Loading weights" bar
         trainer = JobTrainer(
             model=model,
@@ -148,9 +162,10 @@ def build_trainer(
             train_dataset=dataset,
             peft_config=models.lora_config(settings.model),
             callbacks=[
-                JobCallback(output_dir / METRICS_FILE, monitor, run),
+                JobCallback(output_dir / METRICS_FILE, monitor, run, finish=stage is None or stage.final),
                 CheckpointSeal(monitor),
                 StopCallback(stop or StopRequest()),
+                *(stage.callbacks if stage else ()),
             ],
             print_completions=settings.grpo.print_completions,
         )
