@@ -44,11 +44,18 @@ class Stage:
     callbacks: list[TrainerCallback] = field(default_factory=list)
 
 
-class StageEnd(TrainerCallback):
-    """Ends a stage at its last step with a checkpoint, which the next stage resumes from."""
+class StageBounds(TrainerCallback):
+    """Ends a stage at its last step with a checkpoint, which the next stage resumes from.
+
+    The trainer state restored from the previous stage's checkpoint still names that stage's batch
+    size; it is set to this stage's, so each checkpoint records the batch it was trained with.
+    """
 
     def __init__(self, end: int) -> None:
         self.end = end
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        state.train_batch_size = args.train_batch_size
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step >= self.end:
@@ -98,7 +105,7 @@ def train_in_stages(
             run,
             checked,
             stop=stop,
-            stage=Stage(kept, final=end >= total, callbacks=[] if end >= total else [StageEnd(end)]),
+            stage=Stage(kept, final=end >= total, callbacks=[StageBounds(end)]),
         )
         trainer.args.ignore_data_skip = True
         trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
