@@ -177,4 +177,3 @@ def _quiet_batch_size_warning() -> None:
     logging.getLogger("transformers.trainer_utils").addFilter(
         lambda record: "do not match the ones in the `trainer_state.json`" not in record.getMessage()
     )
-
