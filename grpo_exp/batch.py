@@ -91,3 +91,10 @@ def _fixes(cfg: ExperimentConfig, completions: int) -> str:
     if groups:
         fix += f", or grpo.num_generations={' or '.join(map(str, groups))}"
     return fix + ", or drop the batch size and let grpo.hold_fixed=prompts size it per group"
+
+
+def eval_batch(cfg: ExperimentConfig) -> int:
+    """``grpo.per_device_eval_batch_size`` rounded up to whole groups: TRL scores held-out prompts per group too."""
+    group = cfg.grpo.num_generations_eval or cfg.grpo.num_generations
+    share = group // math.gcd(group, hardware.world_size())  # completions per device that keep groups whole
+    return math.ceil(cfg.grpo.per_device_eval_batch_size / share) * share

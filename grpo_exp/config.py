@@ -91,6 +91,9 @@ class DatasetSettings:
     system_prompt: str | None = None
     max_prompt_tokens: int = 256
     num_samples: int | None = None
+    eval_fraction: float = 0.1
+    eval_path: str | None = None
+    split_seed: int = 0
 
 
 @dataclass

@@ -1,14 +1,18 @@
 """Prompt datasets: the shipped scenarios, the user's JSON file (the article's case) and hub datasets.
 
 Loaders are registered by ``dataset.source``. ``check_dataset`` looks at a file without loading
-``datasets`` so bad input fails before the model loads; ``load_prompts`` builds the training set.
+``datasets`` so bad input fails before the model loads; ``load_prompts`` builds the prompt set and
+``load_splits`` divides it into training prompts and held-out prompts the trainer never sees.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import logging
+import math
+import random
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -102,6 +106,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 def check_dataset(cfg: DatasetSettings) -> set[str] | None:
     """Fail early, in one line, on a dataset the trainer could not use; its columns (None: unknown yet)."""
     LOADERS.get(cfg.source)
+    held_out = _check_file(_existing(cfg.eval_path, "dataset.eval_path"), cfg) if cfg.eval_path else None
     if cfg.source == "hub":
         if not cfg.name:
             raise UserError("dataset=hub needs a name: add dataset.name=<hub dataset>")
@@ -109,11 +114,21 @@ def check_dataset(cfg: DatasetSettings) -> set[str] | None:
     if cfg.source == "json":
         if not cfg.path:
             raise UserError("dataset=json needs a file: add dataset.path=prompts.json")
-        path = Path(cfg.path)
-        if not path.is_file():
-            raise UserError(f"dataset.path={cfg.path}: no such file (relative paths start at {Path.cwd()})")
+        path = _existing(cfg.path, "dataset.path")
     else:
         path = _builtin_path(cfg)
+    columns = _check_file(path, cfg)
+    return columns if held_out is None else columns & held_out  # the rewards see columns both sets have
+
+
+def _existing(path: str, key: str) -> Path:
+    if not Path(path).is_file():
+        raise UserError(f"{key}={path}: no such file (relative paths start at {Path.cwd()})")
+    return Path(path)
+
+
+def _check_file(path: Path, cfg: DatasetSettings) -> set[str]:
+    """The columns of a prompt file, or one line saying why it can't be used."""
     if not path.read_text(encoding="utf-8").strip():
         raise UserError(f"{path} is empty: it needs records with a {cfg.prompt_field!r} field")
     records = read_records(path)
@@ -143,17 +158,67 @@ def _prompt_like(wanted: str, record: dict[str, Any]) -> str | None:
     return max(strings, key=strings.__getitem__) if strings else None
 
 
+def load_splits(cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase) -> tuple[Dataset, Dataset | None]:
+    """Training prompts and held-out prompts (None when evaluation is off), never sharing a prompt.
+
+    The held-out set is ``dataset.eval_path`` when set (training drops any prompt it shares with
+    it), else a share ``dataset.eval_fraction`` of the distinct prompts drawn with
+    ``dataset.split_seed``: fixed apart from the job's seed, so every job of a sweep, seeds
+    included, is scored on the same prompts.
+    """
+    dataset = load_prompts(cfg, tokenizer)
+    if cfg.eval_path:
+        own = dataclasses.replace(cfg, num_samples=None)
+        held_out = _drop_long(_from_records(read_records(Path(cfg.eval_path)), own), cfg, tokenizer, cfg.eval_path)
+        seen = {prompt_key(p) for p in held_out["prompt"]}
+        train = dataset.filter(lambda r: prompt_key(r["prompt"]) not in seen)
+        if shared := len(dataset) - len(train):
+            log.warning("dropped %d training prompts that are also in %s", shared, cfg.eval_path)
+        if not len(train):
+            raise UserError(f"every training prompt is also in dataset.eval_path={cfg.eval_path}: nothing to train on")
+        return train, held_out
+    if not cfg.eval_fraction:
+        return dataset, None
+    keys = list(dict.fromkeys(prompt_key(p) for p in dataset["prompt"]))
+    size = min(math.ceil(len(keys) * cfg.eval_fraction), len(keys) - 1)
+    if size < 1:
+        log.warning(
+            "only %d distinct prompt(s): no held-out evaluation (add prompts or a dataset.eval_path)", len(keys)
+        )
+        return dataset, None
+    chosen = set(random.Random(cfg.split_seed).sample(keys, size))
+    rows = [prompt_key(p) in chosen for p in dataset["prompt"]]
+    train = dataset.select([i for i, held in enumerate(rows) if not held])
+    held_out = dataset.select([i for i, held in enumerate(rows) if held])
+    log.info(
+        "held out %d of %d prompts for evaluation (dataset.eval_fraction=%g)",
+        len(held_out),
+        len(dataset),
+        cfg.eval_fraction,
+    )
+    return train, held_out
+
+
+def prompt_key(prompt: Any) -> str:
+    """A prompt as comparable text (plain or chat), so the split works on distinct prompts."""
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False, sort_keys=True)
+
+
 def load_prompts(cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase) -> Dataset:
-    """The training set: a ``prompt`` column in the shape TRL expects, long prompts dropped."""
-    dataset = LOADERS.get(cfg.source)(cfg)
+    """Every prompt of the dataset: a ``prompt`` column in the shape TRL expects, long prompts dropped."""
+    dataset = _drop_long(LOADERS.get(cfg.source)(cfg), cfg, tokenizer, cfg.name or cfg.path)
+    log.info("loaded %d prompts (%s)", len(dataset), cfg.name or cfg.path)
+    return dataset
+
+
+def _drop_long(dataset: Dataset, cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase, source: Any) -> Dataset:
     before = len(dataset)
     dataset = dataset.filter(lambda r: prompt_tokens(r["prompt"], tokenizer) <= cfg.max_prompt_tokens)
     dropped = before - len(dataset)
     if dropped:
         log.warning("dropped %d of %d prompts longer than %d tokens", dropped, before, cfg.max_prompt_tokens)
     if not len(dataset):
-        raise UserError(f"every prompt is longer than dataset.max_prompt_tokens={cfg.max_prompt_tokens}")
-    log.info("loaded %d prompts (%s)", len(dataset), cfg.name or cfg.path)
+        raise UserError(f"every prompt of {source} is longer than dataset.max_prompt_tokens={cfg.max_prompt_tokens}")
     return dataset
 
 

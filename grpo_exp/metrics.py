@@ -2,7 +2,9 @@
 
 W&B offline files can't be read back, so every job also keeps its own metrics: one JSON object per
 logging step with TRL's keys (``reward``, ``reward_std``, ``kl``, ``rewards/<part>/mean``, ...).
-``summarize`` is shared by the job's ``summary.json`` and the sweep report.
+Held-out evaluations are rows of their own, keyed as W&B shows them (``eval/reward``,
+``eval/reward_std``, ``eval/rewards/<part>/mean``), so they never mix with the training steps.
+``summarize`` and ``summarize_eval`` are shared by the job's ``summary.json`` and the sweep report.
 """
 
 from __future__ import annotations
@@ -16,20 +18,61 @@ from typing import Any
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 # Summary numbers a job can return to a sweeper as its objective (config key `objective`).
-OBJECTIVES = ("final_reward", "peak_reward", "first_reward", "final_reward_std", "mean_kl", "max_kl", "final_kl")
+OBJECTIVES = (
+    "final_eval_reward",
+    "best_eval_reward",
+    "first_eval_reward",
+    "final_reward",
+    "peak_reward",
+    "first_reward",
+    "final_reward_std",
+    "mean_kl",
+    "max_kl",
+    "final_kl",
+)
+# A held-out objective of a job without held-out prompts falls back to its training counterpart.
+TRAINING_COUNTERPART = {
+    "final_eval_reward": "final_reward",
+    "best_eval_reward": "peak_reward",
+    "first_eval_reward": "first_reward",
+}
+# Trainer logs an evaluation with this prefix (``eval_reward``); W&B and metrics.jsonl show ``eval/reward``.
+TRAINER_EVAL_PREFIX = "eval_"
+EVAL_PREFIX = "eval/"
+EVAL_REWARD = EVAL_PREFIX + "reward"
 # First and last "tenth" of the logged steps, as the acceptance criterion reads; never fewer than one.
 EDGE_FRACTION = 0.1
 
 
+def is_evaluation(logs: dict[str, Any]) -> bool:
+    """Whether a Trainer log is a held-out evaluation (``eval_reward``, ``eval_loss``, ...), not a training step."""
+    return any(key.startswith(TRAINER_EVAL_PREFIX) for key in logs)
+
+
 def append_metrics(path: Path, step: int, logs: dict[str, Any]) -> None:
-    """Add one logging step's numbers to ``path``."""
+    """Add one logging step's numbers to ``path``; an evaluation's keys as W&B names them (``eval/reward``)."""
+    if is_evaluation(logs):
+        logs = {_eval_name(k): v for k, v in logs.items()}
     row = {"step": step, **{k: v for k, v in logs.items() if isinstance(v, int | float)}}
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(row) + "\n")
 
 
+def _eval_name(key: str) -> str:
+    return EVAL_PREFIX + key[len(TRAINER_EVAL_PREFIX) :] if key.startswith(TRAINER_EVAL_PREFIX) else key
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The training steps of a ``metrics.jsonl`` (rows that carry a reward), skipping torn lines."""
+    return _read_rows(path, "reward")
+
+
+def read_eval_metrics(path: Path) -> list[dict[str, Any]]:
+    """The held-out evaluations of a ``metrics.jsonl`` (rows that carry ``eval/reward``), skipping torn lines."""
+    return _read_rows(path, EVAL_REWARD)
+
+
+def _read_rows(path: Path, key: str) -> list[dict[str, Any]]:
     rows = []
     if not path.is_file():
         return rows
@@ -38,9 +81,33 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut short by a killed job
-        if isinstance(row, dict) and "reward" in row:
+        if isinstance(row, dict) and key in row:
             rows.append(row)
     return rows
+
+
+def summarize_eval(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """First, final and best held-out reward (None without evaluations), and how many evaluations ran."""
+    rewards, stds = _series(rows, EVAL_REWARD), _series(rows, EVAL_PREFIX + "reward_std")
+    per_part = sorted(
+        {k for row in rows for k in row if k.startswith(EVAL_PREFIX + "rewards/") and k.endswith("/mean")}
+    )
+    return {
+        "evaluations": len(rewards),
+        "first_eval_reward": rewards[0] if rewards else None,
+        "final_eval_reward": rewards[-1] if rewards else None,
+        "best_eval_reward": max(rewards, default=None),
+        "final_eval_reward_std": stds[-1] if stds else None,
+        "eval_parts": {k.split("/")[2]: values[-1] for k in per_part if (values := _series(rows, k))},
+    }
+
+
+def objective_value(summary: dict[str, Any], objective: str) -> tuple[str, float | None]:
+    """The objective a job reports and its value: a held-out one falls back to training without an eval set."""
+    if summary.get(objective) is None and objective in TRAINING_COUNTERPART and not summary.get("evaluations"):
+        objective = TRAINING_COUNTERPART[objective]
+    value = summary.get(objective)
+    return objective, float(value) if isinstance(value, int | float) else None
 
 
 def summarize(rows: list[dict[str, Any]], kl_threshold: float) -> dict[str, Any]:

@@ -20,11 +20,20 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from grpo_exp import checkpoints, data, hardware, models, provenance
+from grpo_exp import batch, checkpoints, data, hardware, models, provenance
 from grpo_exp.checkpoints import CheckpointSeal
 from grpo_exp.config import ExperimentConfig, OptimizerSettings
 from grpo_exp.errors import describe_failure
-from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE, read_metrics, summarize, write_summary
+from grpo_exp.metrics import (
+    METRICS_FILE,
+    SUMMARY_FILE,
+    objective_value,
+    read_eval_metrics,
+    read_metrics,
+    summarize,
+    summarize_eval,
+    write_summary,
+)
 from grpo_exp.monitor import HealthMonitor
 from grpo_exp.outcome import format_outcome
 from grpo_exp.resume import RUN_INFO_FILE, ResumePoint, rewind_metrics
@@ -117,8 +126,8 @@ def train(
             raise JobStopped(stop.exit_code, summary["steps"], str(latest.path) if latest else None, stop.handover())
     if primary:
         print(format_outcome(summary, output_dir, hint), flush=True)
-    objective = summary.get(settings.objective)
-    return float(objective) if objective is not None else float("nan")
+    value = summary.get("objective_value")
+    return float(value) if value is not None else float("nan")
 
 
 def build_trainer(
@@ -140,7 +149,13 @@ def build_trainer(
     from transformers.trainer_callback import ProgressCallback
 
     from grpo_exp.job_trainer import JobTrainer, library_bars_off
-    from grpo_exp.trainer_callbacks import JobCallback, ResumedWandbCallback, SignalProgress, StopCallback
+    from grpo_exp.trainer_callbacks import (
+        FinalEvaluation,
+        JobCallback,
+        ResumedWandbCallback,
+        SignalProgress,
+        StopCallback,
+    )
 
     _quiet_library_noise()
     datasets.disable_progress_bars()  # the prompt set maps in milliseconds; its bars would only clutter
@@ -152,19 +167,25 @@ def build_trainer(
     gpu = settings.device != "cpu" and hardware.cuda_available()
     path = models.model_path(settings.model)
     model, tokenizer = models.load(settings.model, path, gpu)
-    dataset = stage.prompts if stage else data.load_prompts(settings.dataset, tokenizer)
+    dataset, held_out = data.load_splits(settings.dataset, tokenizer)
+    dataset = stage.prompts if stage else dataset
+    evaluate = held_out is not None
     with library_bars_off():  # the reference model would repeat the policy's "Loading weights" bar
         trainer = JobTrainer(
             model=model,
             processing_class=tokenizer,
             reward_funcs=checked.rewards,
-            args=grpo_config(settings, output_dir, checked.weights, gpu, report_to_wandb=run is not None),
+            args=grpo_config(
+                settings, output_dir, checked.weights, gpu, report_to_wandb=run is not None, evaluate=evaluate
+            ),
             train_dataset=dataset,
+            eval_dataset=held_out,
             peft_config=models.lora_config(settings.model),
             callbacks=[
                 JobCallback(output_dir / METRICS_FILE, monitor, run, finish=stage is None or stage.final),
                 CheckpointSeal(monitor),
                 StopCallback(stop or StopRequest()),
+                *([FinalEvaluation()] if evaluate else []),
                 *(stage.callbacks if stage else ()),
             ],
             print_completions=settings.grpo.print_completions,
@@ -177,8 +198,17 @@ def build_trainer(
     return trainer
 
 
-def grpo_config(settings: ExperimentConfig, output_dir: Path, weights: list[float], gpu: bool, report_to_wandb: bool):
-    """TRL's GRPOConfig: every field of the ``grpo`` group as is, plus what other groups and the job set."""
+def grpo_config(
+    settings: ExperimentConfig,
+    output_dir: Path,
+    weights: list[float],
+    gpu: bool,
+    report_to_wandb: bool,
+    evaluate: bool = False,
+):
+    """TRL's GRPOConfig: every field of the ``grpo`` group as is, plus what other groups and the job set.
+
+    ``evaluate``: the job has held-out prompts; without them TRL's evaluation is switched off."""
     from trl import GRPOConfig
 
     g, opt = settings.grpo, settings.optimizer
@@ -205,6 +235,10 @@ def grpo_config(settings: ExperimentConfig, output_dir: Path, weights: list[floa
         use_vllm=g.use_vllm and gpu,
         reward_weights=weights,
     )
+    if evaluate:
+        fields.update(per_device_eval_batch_size=batch.eval_batch(settings))
+    else:
+        fields.update(eval_strategy="no", eval_on_start=False)
     return GRPOConfig(**fields)
 
 
@@ -240,10 +274,15 @@ def _summary(
     write: bool,
 ) -> dict[str, Any]:
     rows = read_metrics(output_dir / METRICS_FILE)
+    evaluation = summarize_eval(read_eval_metrics(output_dir / METRICS_FILE))
+    objective, value = objective_value(evaluation | summarize(rows, settings.monitor.kl_threshold), settings.objective)
     summary = {
         "name": identity.name,
         **outcome,
         **summarize(rows, settings.monitor.kl_threshold),
+        **evaluation,
+        "objective": objective,  # what the job returned to the sweeper: a held-out one falls back without eval
+        "objective_value": value,
         "alerts": [{"kind": a.kind, "step": a.step, "message": a.message} for a in monitor.alerts],
         "overrides": {k: v if _scalar(v) else str(v) for k, v in identity.overrides.items()},
     }

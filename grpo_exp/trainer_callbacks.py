@@ -12,7 +12,7 @@ from transformers.integrations import WandbCallback
 from transformers.trainer_callback import ProgressCallback
 
 from grpo_exp.errors import UserError
-from grpo_exp.metrics import append_metrics
+from grpo_exp.metrics import append_metrics, is_evaluation
 from grpo_exp.monitor import Alert, HealthMonitor
 from grpo_exp.stops import StopRequest
 
@@ -41,7 +41,8 @@ class JobCallback(TrainerCallback):
             return
         if state.is_world_process_zero:
             append_metrics(self.metrics_path, state.global_step, logs)
-            self._report(self.monitor.observe(state.global_step, logs))
+            if not is_evaluation(logs):  # the health checks watch training; held-out scores are their own rows
+                self._report(self.monitor.observe(state.global_step, logs))
         if any(isinstance(logs.get(k), float) and math.isnan(logs[k]) for k in DIVERGENCE_KEYS):
             raise UserError(
                 f"training diverged: the loss is NaN at step {state.global_step}; "
@@ -68,6 +69,9 @@ class SignalProgress(ProgressCallback):
             if shown:
                 self.training_bar.set_postfix(shown, refresh=False)
 
+    def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
+        """No second bar for the held-out batches: it would break the training bar's line for seconds of work."""
+
 
 class ResumedWandbCallback(WandbCallback):
     """transformers' W&B logger, minus the steps W&B already holds from before a stop.
@@ -83,6 +87,17 @@ class ResumedWandbCallback(WandbCallback):
     def on_log(self, args, state, control, model=None, logs=None, **kwargs):
         if state.global_step > self.sent_step:
             super().on_log(args, state, control, model=model, logs=logs, **kwargs)
+
+
+class FinalEvaluation(TrainerCallback):
+    """Scores the held-out prompts after the last step too, so every run ends on an evaluation.
+
+    Trainer evaluates only every ``eval_steps``; a run whose length isn't a multiple would end
+    without its final held-out reward."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.max_steps and state.global_step >= state.max_steps and args.eval_strategy != "no":
+            control.should_evaluate = True
 
 
 class StopCallback(TrainerCallback):

@@ -85,6 +85,7 @@ RANGES: dict[str, Bound] = {
     "grpo.num_completions_to_print": NON_NEGATIVE,
     "dataset.max_prompt_tokens": AT_LEAST_ONE,
     "dataset.num_samples": AT_LEAST_ONE,
+    "dataset.eval_fraction": Bound(0, 1, high_open=True),
     "model.lora.r": AT_LEAST_ONE,
     "model.lora.dropout": Bound(0, 1, high_open=True),
     "monitor.kl_threshold": NON_NEGATIVE,

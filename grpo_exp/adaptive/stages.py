@@ -108,6 +108,7 @@ def train_in_stages(
             stage=Stage(kept, final=end >= total, callbacks=[StageBounds(end)]),
         )
         trainer.args.ignore_data_skip = True
+        trainer.args.eval_on_start = trainer.args.eval_on_start and checkpoint is None  # once, before step 1
         trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
         step = trainer.state.global_step
         checkpoint = checkpoints.latest(output_dir)
@@ -116,8 +117,8 @@ def train_in_stages(
 
 
 def training_prompts(settings: ExperimentConfig, tokenizer: Any) -> Any:
-    """The prompts this run trains on (and profiles)."""
-    return data.load_prompts(settings.dataset, tokenizer)
+    """The prompts this run trains on (and profiles): never the held-out ones."""
+    return data.load_splits(settings.dataset, tokenizer)[0]
 
 
 def _sample(size: int, limit: int | None, seed: int) -> list[int]:
