@@ -12,10 +12,11 @@ from grpo_exp.adaptive import checks
 from grpo_exp.adaptive.choice import choose, mixed_share
 from grpo_exp.adaptive.stages import PROFILES_FILE
 from grpo_exp.errors import UserError
-from grpo_exp.metrics import read_metrics
+from grpo_exp.metrics import read_eval_metrics, read_metrics
 from grpo_exp.validate import validate
 from tests.conftest import ROOT
 from tests.test_cli import run_py
+from tests.wandb_records import read_run
 
 SIZES = list(range(4, 17))
 
@@ -104,7 +105,7 @@ def test_adaptive_run_changes_its_group_size_and_continues_weights_and_optimizer
     command = [
         sys.executable,
         "run.py",
-        "logger=none",
+        "logger.mode=offline",  # the W&B run gets the adaptive keys too
         "save_model=false",
         "grpo.max_steps=4",
         "grpo.num_generations=4",
@@ -126,6 +127,12 @@ def test_adaptive_run_changes_its_group_size_and_continues_weights_and_optimizer
     rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
     logged = [(r["step"], r["adaptive/num_generations"]) for r in rows if "adaptive/num_generations" in r]
     assert logged == [(p["step"], p["num_generations"]) for p in profiles]
+
+    (wandb_dir,) = (job / "wandb").glob("offline-run-*")
+    wandb_run = read_run(wandb_dir)
+    assert {"adaptive/num_generations", "adaptive/dropped_prompts", "train/reward"} <= wandb_run.history_keys
+    assert wandb_run.exit_code == 0
+    assert [row["step"] for row in read_eval_metrics(job / "metrics.jsonl")] == [0, 4]  # held-out: start, end
 
     trained = read_metrics(job / "metrics.jsonl")
     assert [r["step"] for r in trained] == [1, 2, 3, 4]
