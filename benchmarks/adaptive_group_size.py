@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 FIXED = (4, 6, 8)
 # Shared by every arm: whole groups of 4, 6, 8 and 12 fit 24 completions.
-COMMON = ["logger=none", "grpo.hold_fixed=completions", "grpo.eval_strategy=no", "grpo.eval_on_start=false"]
+# TRL's own held-out evaluation runs once, after the last step (a cross-check of ours, with fewer samples).
+COMMON = ["logger=none", "grpo.hold_fixed=completions", "grpo.eval_steps=1000000", "grpo.eval_on_start=false"]
 
 
 def adaptive_steps(budget: int, per_step: int, interval: int, profile_cost: int) -> int:
@@ -74,33 +75,52 @@ def run_one(name: str, overrides: list[str], seed: int, workdir: Path, threads: 
     return {"arm": name, "seed": seed, "folder": str(out), "wall_s": time.perf_counter() - started}
 
 
-def held_out_reward(run: dict, samples: int) -> None:
-    """Score the run's final model on the held-out prompts; adds its figures to ``run``."""
+def score_held_out(folder: Path, model_path: str | None, seed: int, samples: int) -> tuple[float, int]:
+    """Mean reward of ``samples`` completions per held-out prompt from a model (default: the run's final one)."""
     import torch
 
     from grpo_exp import data, models
     from grpo_exp.adaptive.profile import Sampler
-    from grpo_exp.metrics import read_metrics
     from grpo_exp.resume import recorded_settings
     from grpo_exp.rewards.compose import build_rewards
 
-    folder = Path(run["folder"])
     settings = recorded_settings(folder)
     rewards, weights = build_rewards(settings.reward)
-    model, tokenizer = models.load(settings.model, str(folder / "model"), False)
+    model, tokenizer = models.load(settings.model, model_path or str(folder / "model"), False)
     held_out = data.load_splits(settings.dataset, tokenizer)[1]
-    torch.manual_seed(run["seed"])
+    torch.manual_seed(seed)
     sampler = Sampler(model, tokenizer, rewards, weights, settings.grpo, batch=64)
     scores = sampler.scores(list(held_out), samples, step=settings.grpo.max_steps)
+    return sum(map(sum, scores)) / sum(map(len, scores)), len(held_out)
+
+
+def untrained(run: dict, samples: int) -> dict:
+    """The same measurement for the model every arm starts from."""
+    from grpo_exp import models
+    from grpo_exp.resume import recorded_settings
+
+    folder = Path(run["folder"])
+    start = models.model_path(recorded_settings(folder).model)
+    reward, _ = score_held_out(folder, start, run["seed"], samples)
+    return {"arm": "untrained", "seed": run["seed"], "held_out": reward, "steps": 0, "completions": 0, "groups": []}
+
+
+def held_out_reward(run: dict, samples: int) -> None:
+    """Score the run's final model on the held-out prompts; adds its figures to ``run``."""
+    from grpo_exp.metrics import read_metrics
+    from grpo_exp.resume import recorded_settings
+
+    folder = Path(run["folder"])
+    reward, prompts = score_held_out(folder, None, run["seed"], samples)
     summary = json.loads((folder / "summary.json").read_text())
     rows = read_metrics(folder / "metrics.jsonl")
     logged = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     profiles = [row for row in logged if "adaptive/num_generations" in row]
-    trained = settings.grpo.completions_per_step * summary["steps"]
+    trained = recorded_settings(folder).grpo.completions_per_step * summary["steps"]
     profiled = profiles[-1]["adaptive/profile_completions"] if profiles else 0
     run.update(
-        held_out=sum(map(sum, scores)) / sum(map(len, scores)),
-        held_out_prompts=len(held_out),
+        held_out=reward,
+        held_out_prompts=prompts,
         final_reward=summary["final_reward"],
         trl_final_eval=summary.get("final_eval_reward"),
         steps=summary["steps"],
@@ -127,11 +147,11 @@ def table(runs: list[dict]) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for arm in dict.fromkeys(r["arm"] for r in runs):
         mine = [r for r in runs if r["arm"] == arm]
-        groups = "; ".join("-".join(map(str, r["groups"])) for r in mine) if mine[0]["groups"] else "fixed"
-        print(f"| {arm} | {mine[0]['steps']} | {mine[0]['completions']} | {spread([r['held_out'] for r in mine])} | "
-              f"{spread([r['final_reward'] for r in mine])} | {spread([r['trl_final_eval'] for r in mine])} | "
-              f"{groups} | {spread([r['wall_s'] for r in mine], 0)} |")  # fmt: skip
-    print(f"\nheld-out prompts: {runs[0]['held_out_prompts']}")
+        groups = "; ".join("-".join(map(str, r["groups"])) for r in mine) if mine[0]["groups"] else arm.split()[0]
+        cells = [spread([r.get(k) for r in mine]) for k in ("held_out", "final_reward", "trl_final_eval")]
+        print(f"| {arm} | {mine[0]['steps']} | {mine[0]['completions']} | {' | '.join(cells)} | "
+              f"{groups} | {spread([r.get('wall_s') for r in mine], 0)} |")  # fmt: skip
+    print(f"\nheld-out prompts: {max(r.get('held_out_prompts', 0) for r in runs)}")
 
 
 def main() -> None:
@@ -162,6 +182,8 @@ def main() -> None:
         print(f"load average after training: {os.getloadavg()[0]:.2f}\n")
         for run in runs:
             held_out_reward(run, args.eval_samples)
+        first = {run["seed"]: run for run in runs}.values()
+        runs = [untrained(run, args.eval_samples) for run in first] + runs
     if args.json:
         args.json.write_text(json.dumps(runs, indent=2) + "\n")
     table(runs)
