@@ -64,15 +64,24 @@ def arms(args: argparse.Namespace) -> dict[str, list[str]]:
     return table
 
 
-def run_one(name: str, overrides: list[str], seed: int, workdir: Path, threads: int) -> dict:
+def run_one(name: str, overrides: list[str], seed: int, workdir: Path, threads: int, samples: int) -> dict:
     out = workdir / f"{name.replace(' ', '')}-{seed}"
+    done = out / "summary.json"
+    if done.is_file() and json.loads(done.read_text()).get("status") == "completed":  # kept from an earlier call
+        return {"arm": name, "seed": seed, "folder": str(out), "wall_s": json.loads(done.read_text())["wall_time_s"]}
     job = [f"seed={seed}", f"threads={threads}", f"hydra.run.dir={out}"]
     command = [sys.executable, "run.py", *COMMON, *overrides, *job]
     started = time.perf_counter()
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if result.returncode:
         sys.exit(f"{name} (seed {seed}) failed:\n{result.stderr[-2000:]}")
-    return {"arm": name, "seed": seed, "folder": str(out), "wall_s": time.perf_counter() - started}
+    wall = time.perf_counter() - started
+    # Scored at once, in its own process (one thread like the run), while other runs still train.
+    score = [sys.executable, __file__, "--score", str(out), "--seeds", str(seed), "--eval-samples", str(samples)]
+    subprocess.run(
+        score, cwd=ROOT, capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)}
+    )
+    return {"arm": name, "seed": seed, "folder": str(out), "wall_s": wall}
 
 
 def score_held_out(folder: Path, model_path: str | None, seed: int, samples: int) -> tuple[float, int]:
@@ -106,12 +115,17 @@ def untrained(run: dict, samples: int) -> dict:
 
 
 def held_out_reward(run: dict, samples: int) -> None:
-    """Score the run's final model on the held-out prompts; adds its figures to ``run``."""
+    """Score the run's final model on the held-out prompts; adds its figures to ``run``.
+
+    The score is kept in the job folder (``held_out.json``), so a second call reuses it."""
     from grpo_exp.metrics import read_metrics
     from grpo_exp.resume import recorded_settings
 
     folder = Path(run["folder"])
-    reward, prompts = score_held_out(folder, None, run["seed"], samples)
+    cache = folder / f"held_out_{samples}.json"
+    if not cache.is_file():
+        cache.write_text(json.dumps(score_held_out(folder, None, run["seed"], samples)))
+    reward, prompts = json.loads(cache.read_text())
     summary = json.loads((folder / "summary.json").read_text())
     rows = read_metrics(folder / "metrics.jsonl")
     logged = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
@@ -166,19 +180,26 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
     parser.add_argument("--jobs", type=int, default=2, help="runs side by side (each on threads=cores/jobs)")
     parser.add_argument("--json", type=Path, help="also write every run's figures to this file")
-    parser.add_argument("--keep", type=Path, help="keep the job folders here (default: a temporary folder)")
+    parser.add_argument(
+        "--keep", type=Path, help="keep the job folders here (default: a temporary folder); completed ones are reused"
+    )
     parser.add_argument("--tabulate", type=Path, help="only tabulate an earlier --json file")
+    parser.add_argument("--score", type=Path, help="only score this job folder's model on the held-out prompts")
     args = parser.parse_args()
+    if args.score:
+        held_out_reward({"folder": str(args.score), "seed": args.seeds[0]}, args.eval_samples)
+        return
     if args.tabulate:
         table(json.loads(args.tabulate.read_text()))
         return
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
     print(f"CPUs: {os.cpu_count()}; {args.jobs} runs at a time; load average before: {os.getloadavg()[0]:.2f}")
-    jobs = [(name, overrides, seed) for name, overrides in arms(args).items() for seed in args.seeds]
+    # Seed by seed, so a benchmark cut short still compares every arm on the seeds it finished.
+    jobs = [(name, overrides, seed) for seed in args.seeds for name, overrides in arms(args).items()]
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.keep or Path(tmp)
         with ThreadPoolExecutor(args.jobs) as pool:
-            runs = list(pool.map(lambda job: run_one(*job, workdir, threads), jobs))
+            runs = list(pool.map(lambda job: run_one(*job, workdir, threads, args.eval_samples), jobs))
         print(f"load average after training: {os.getloadavg()[0]:.2f}\n")
         for run in runs:
             held_out_reward(run, args.eval_samples)
