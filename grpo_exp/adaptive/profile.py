@@ -29,6 +29,7 @@ class Sampler:
 
     def scores(self, rows: list[dict[str, Any]], samples: int, step: int) -> list[list[float]]:
         """The total reward of ``samples`` completions for each row (a dataset record with its ``prompt``)."""
+        self.model.eval()  # no dropout while sampling, as TRL's generation; the next stage's trainer reloads it
         totals: list[list[float]] = []
         for start in range(0, len(rows), self.batch):
             chunk = rows[start : start + self.batch]

@@ -88,8 +88,7 @@ def train_in_stages(
         profiled = _sample(len(prompts), a.profile_prompts, settings.seed + step)
         scores = sampler.scores([prompts[i] for i in profiled], a.samples_per_prompt, step)
         rates = [sum(s >= a.solved_threshold for s in row) / len(row) for row in scores]
-        stage = checks.with_group(settings, group)
-        min_kept = stage.grpo.per_device_train_batch_size // group  # prompts in one step
+        min_kept = checks.with_group(settings, group).grpo.per_device_train_batch_size // group  # prompts per step
         choice = choose(rates, sizes, a.target_mixed_share, a.drop_solved, a.drop_unsolved, min_kept)
         spent += len(profiled) * a.samples_per_prompt
         dropped = {profiled[i] for i in (*choice.dropped_solved, *choice.dropped_unsolved)}
@@ -110,6 +109,8 @@ def train_in_stages(
         trainer.args.ignore_data_skip = True
         trainer.args.eval_on_start = trainer.args.eval_on_start and checkpoint is None  # once, before step 1
         trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
+        if trainer.state.global_step <= step and stop.signum is None:
+            raise RuntimeError(f"adaptive stage from step {step} trained no step")  # never loop without progress
         step = trainer.state.global_step
         checkpoint = checkpoints.latest(output_dir)
         model, tokenizer = trainer.model, trainer.processing_class
