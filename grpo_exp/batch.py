@@ -93,8 +93,18 @@ def _fixes(cfg: ExperimentConfig, completions: int) -> str:
     return fix + ", or drop the batch size and let grpo.hold_fixed=prompts size it per group"
 
 
-def eval_batch(cfg: ExperimentConfig) -> int:
-    """``grpo.per_device_eval_batch_size`` rounded up to whole groups: TRL scores held-out prompts per group too."""
-    group = cfg.grpo.num_generations_eval or cfg.grpo.num_generations
-    share = group // math.gcd(group, hardware.world_size())  # completions per device that keep groups whole
-    return math.ceil(cfg.grpo.per_device_eval_batch_size / share) * share
+def eval_batch(cfg: ExperimentConfig, prompts: int) -> int:
+    """The per-device evaluation batch: whole groups, splitting the ``prompts`` held-out prompts evenly.
+
+    TRL scores held-out prompts per group, and its ``eval/reward`` is the mean of the batches' means,
+    so a short last batch would weigh more than its share: of the batch sizes that divide the held-out
+    set evenly, the one nearest ``grpo.per_device_eval_batch_size`` (ties: the larger, fewer batches).
+    """
+    group, world = cfg.grpo.num_generations_eval or cfg.grpo.num_generations, hardware.world_size()
+    wanted = cfg.grpo.per_device_eval_batch_size * world / group  # prompts per evaluation batch, all devices
+    even = [k for k in range(1, prompts + 1) if prompts % k == 0 and k * group % world == 0]
+    if not even:  # the devices can't share any even split: whole groups per device, as close as they come
+        share = group // math.gcd(group, world)
+        return math.ceil(cfg.grpo.per_device_eval_batch_size / share) * share
+    chosen = min(even, key=lambda k: (abs(k - wanted), -k))
+    return chosen * group // world

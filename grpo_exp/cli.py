@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from grpo_exp import resume as resume_rules
 from grpo_exp.config import CONF_DIR, register_schema
 from grpo_exp.errors import UserError, describe_failure
+from grpo_exp.metrics import objective_value
 from grpo_exp.resume import override_key
 from grpo_exp.stops import JobStopped
 
@@ -129,7 +130,8 @@ def run_job(cfg: DictConfig) -> float:
         plan = resume_rules.plan(settings, output_dir)
         if plan.done is not None:
             log.info("%s completed its %s steps before; nothing to do", output_dir, plan.done.get("steps"))
-            return float(plan.done.get(str(settings.objective)) or math.nan)
+            value = objective_value(plan.done, str(settings.objective))[1]
+            return math.nan if value is None else value
         for warning in checked.warnings:
             log.warning(warning)
         from grpo_exp.train import train

@@ -220,7 +220,7 @@ class ExperimentConfig:
     device: Device = Device.auto
     threads: int | None = None
     save_model: bool = True
-    objective: Objective = Objective["final_reward"]
+    objective: Objective = Objective["final_eval_reward"]
     resume: str = "never"
 
 

@@ -19,12 +19,12 @@ METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 # Summary numbers a job can return to a sweeper as its objective (config key `objective`).
 OBJECTIVES = (
-    "final_eval_reward",
-    "best_eval_reward",
-    "first_eval_reward",
     "final_reward",
     "peak_reward",
     "first_reward",
+    "final_eval_reward",
+    "best_eval_reward",
+    "first_eval_reward",
     "final_reward_std",
     "mean_kl",
     "max_kl",

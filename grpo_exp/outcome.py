@@ -17,6 +17,14 @@ def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | Non
                 f"(first -> last tenth of steps; peak {summary['peak_reward']:.3f})",
             )
         )
+    if summary.get("final_eval_reward") is not None:
+        rows.append(
+            (
+                "held-out",
+                f"{summary['first_eval_reward']:.3f} -> {summary['final_eval_reward']:.3f} "
+                f"(reward on prompts never trained on, first -> last of {summary['evaluations']} evaluations)",
+            )
+        )
     if summary.get("mean_kl") is not None:
         rows.append(
             (

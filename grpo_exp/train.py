@@ -169,14 +169,18 @@ def build_trainer(
     model, tokenizer = models.load(settings.model, path, gpu)
     dataset, held_out = data.load_splits(settings.dataset, tokenizer)
     dataset = stage.prompts if stage else dataset
-    evaluate = held_out is not None
     with library_bars_off():  # the reference model would repeat the policy's "Loading weights" bar
         trainer = JobTrainer(
             model=model,
             processing_class=tokenizer,
             reward_funcs=checked.rewards,
             args=grpo_config(
-                settings, output_dir, checked.weights, gpu, report_to_wandb=run is not None, evaluate=evaluate
+                settings,
+                output_dir,
+                checked.weights,
+                gpu,
+                report_to_wandb=run is not None,
+                held_out=0 if held_out is None else len(held_out),
             ),
             train_dataset=dataset,
             eval_dataset=held_out,
@@ -185,7 +189,7 @@ def build_trainer(
                 JobCallback(output_dir / METRICS_FILE, monitor, run, finish=stage is None or stage.final),
                 CheckpointSeal(monitor),
                 StopCallback(stop or StopRequest()),
-                *([FinalEvaluation()] if evaluate else []),
+                *([FinalEvaluation()] if held_out is not None else []),
                 *(stage.callbacks if stage else ()),
             ],
             print_completions=settings.grpo.print_completions,
@@ -204,11 +208,11 @@ def grpo_config(
     weights: list[float],
     gpu: bool,
     report_to_wandb: bool,
-    evaluate: bool = False,
+    held_out: int = 0,
 ):
     """TRL's GRPOConfig: every field of the ``grpo`` group as is, plus what other groups and the job set.
 
-    ``evaluate``: the job has held-out prompts; without them TRL's evaluation is switched off."""
+    ``held_out``: how many held-out prompts the job evaluates; without any, TRL's evaluation is off."""
     from trl import GRPOConfig
 
     g, opt = settings.grpo, settings.optimizer
@@ -235,8 +239,8 @@ def grpo_config(
         use_vllm=g.use_vllm and gpu,
         reward_weights=weights,
     )
-    if evaluate:
-        fields.update(per_device_eval_batch_size=batch.eval_batch(settings))
+    if held_out:
+        fields.update(per_device_eval_batch_size=batch.eval_batch(settings, held_out))
     else:
         fields.update(eval_strategy="no", eval_on_start=False)
     return GRPOConfig(**fields)

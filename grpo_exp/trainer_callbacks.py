@@ -90,13 +90,13 @@ class ResumedWandbCallback(WandbCallback):
 
 
 class FinalEvaluation(TrainerCallback):
-    """Scores the held-out prompts after the last step too, so every run ends on an evaluation.
+    """Scores the held-out prompts after the last step too, so every run with them ends on an evaluation.
 
-    Trainer evaluates only every ``eval_steps``; a run whose length isn't a multiple would end
-    without its final held-out reward."""
+    Trainer evaluates only every ``eval_steps`` (or never, with ``grpo.eval_strategy=no``); a run
+    whose length isn't a multiple would end without its final held-out reward."""
 
     def on_step_end(self, args, state, control, **kwargs):
-        if state.max_steps and state.global_step >= state.max_steps and args.eval_strategy != "no":
+        if state.max_steps and state.global_step >= state.max_steps:
             control.should_evaluate = True
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp.metrics import summarize
+from grpo_exp.metrics import summarize, summarize_eval
 from grpo_exp.report.compare import main, write_report
 from grpo_exp.report.sweep import GROUP_SIZE_KEY, LR_KEY, MAX_GRID_VALUES, load_sweep, objective_grid
 from tests.conftest import ROOT
@@ -43,6 +43,7 @@ def write_job(
     config: bool = True,
     extra_config: str = "",
     torn_tail: bool = False,
+    eval_rewards: dict[int, float] | None = None,
 ) -> Path:
     """A job folder as train.py leaves it; ``status=None`` leaves out summary.json (a killed job)."""
     job = root / name
@@ -58,12 +59,14 @@ def write_job(
         if kls is not None:
             row["kl"] = kls[i - 1]
         rows.append(row)
-    lines = [json.dumps(r) for r in rows] + ([json.dumps({"step": len(rows), "train_runtime": 9.0})] if status else [])
+    evaluations = [{"step": k, "eval/reward": v, "eval/reward_std": 0.2} for k, v in (eval_rewards or {}).items()]
+    lines = [json.dumps(r) for r in sorted(rows + evaluations, key=lambda r: r["step"])]
+    lines += [json.dumps({"step": len(rows), "train_runtime": 9.0})] if status else []
     text = "\n".join(lines) + "\n" + ('{"step": 99, "rew' if torn_tail else "")
     (job / "metrics.jsonl").write_text(text)
     if status:
         summary = {"name": ",".join(overrides), "status": status, "wall_time_s": 12.5, "startup_s": 2.0}
-        summary |= summarize(rows, kl_threshold) | {"alerts": [], "overrides": {}}
+        summary |= summarize(rows, kl_threshold) | summarize_eval(evaluations) | {"alerts": [], "overrides": {}}
         if error:
             summary["error"] = error
         (job / "summary.json").write_text(json.dumps(summary))
@@ -186,16 +189,21 @@ def test_verdict_names_the_best_configuration_by_mean_over_seeds(grid_report):
 
 def test_verdict_flags_kl_excursion_and_reward_std_collapse(grid_report):
     lines = section(grid_report, "Verdict").splitlines()
-    stable = next(line for line in lines if line.startswith("- **Stable**"))
-    assert "`grpo.num_generations=8, optimizer.lr=0.0003`" in stable
-    assert "`grpo.num_generations=4, optimizer.lr=0.0003`" in stable
-    assert "optimizer.lr=0.001" not in stable
+    stability = next(line for line in lines if line.startswith("- **Stability**"))
+    order = [stability.index(f"`grpo.num_generations={g}, optimizer.lr={lr}`") for g, lr in STABILITY_ORDER]
+    assert order == sorted(order)  # steady ones first, the KL excursion next, the collapse last
+    assert "max KL 0.300, 15.0× the median" in stability and "drop 0.350, std fall 0.300" in stability
     kl = next(line for line in lines if line.startswith("- **KL excursion:**"))
     assert "`grpo.num_generations=8, optimizer.lr=0.001`" in kl
     assert "5 steps above 0.1 (max KL 0.300) in jobs 5, 6" in kl
     collapse = next(line for line in lines if line.startswith("- **Reward std collapse:**"))
     assert "`grpo.num_generations=4, optimizer.lr=0.001`: final reward std 0.000 < 0.05 while" in collapse
     assert "final reward 0.200–0.300 is below its peak 0.600, in jobs 0, 1" in collapse
+
+
+# The grid's configurations, most stable first: two steady ones, then one whose KL is 15x the others', then
+# the one that fell from its peak with a collapsed reward std.
+STABILITY_ORDER = [(8, "0.0003"), (4, "0.0003"), (8, "0.001"), (4, "0.001")]
 
 
 def test_failed_job_is_listed_with_its_error(grid_report):
@@ -222,7 +230,7 @@ def test_single_run_folder_is_reported_as_one_configuration(tmp_path):
     assert [(r["job"], r["status"]) for r in rows] == [("18-12-49", "completed")]
     verdict = section(report, "Verdict")
     assert "**Only configuration:** `grpo.max_steps=20`: final_reward 0.700" in verdict
-    assert "**Stable**" in verdict and "`grpo.max_steps=20`" in verdict.split("**Stable**")[1]
+    assert "- **Stability**" in verdict and "1. `grpo.max_steps=20` (drop 0.000, std fall 0.000" in verdict
     assert sorted(p.name for p in report.parent.glob("*.png")) == ["kl_curves.png", "reward_curves.png"]
 
 
@@ -264,7 +272,7 @@ def test_mixed_and_damaged_job_folders_are_reported_not_fatal(tmp_path):
     assert "`kl` was not logged by job 1" in notes
     verdict = section(report, "Verdict")
     assert "job 1 logged no KL" in verdict
-    stable = next(line for line in verdict.splitlines() if line.startswith("- **Stable**"))
+    stable = next(line for line in verdict.splitlines() if line.startswith("- **Stability**"))
     assert "`optimizer.lr=0.002`" in stable and "0.004" not in stable  # not judged on a partial run alone
     assert "- **KL excursion:** `optimizer.lr=0.006`: 2 steps above 0.2 (max KL 0.300) in job 5." in verdict
     assert "| 5 | 0.006 | incomplete |" in report.read_text() and "| 2 (> 0.2) |" in report.read_text()
@@ -352,3 +360,51 @@ def test_a_sweep_that_drifts_everywhere_gets_one_kl_line_naming_the_mildest(tmp_
     kl_lines = [line for line in report.splitlines() if "KL excursion" in line]
     assert len(kl_lines) == 1 and "in 8 of 8 configurations" in kl_lines[0]
     assert "the mildest is `optimizer.lr=1e-05` (max KL 0.300)" in kl_lines[0]
+
+
+def test_a_sweep_with_held_out_prompts_ranks_on_them_and_says_so(tmp_path):
+    """Training reward favours job 0; the held-out prompts favour job 1, and the report follows them."""
+    write_job(tmp_path, "0", ["optimizer.lr=1e-3"], ramp(0.9), kls=[0.05] * STEPS, eval_rewards={0: 0.1, STEPS: 0.3})
+    write_job(tmp_path, "1", ["optimizer.lr=1e-4"], ramp(0.6), kls=[0.05] * STEPS, eval_rewards={0: 0.1, STEPS: 0.5})
+    report = write_report(tmp_path, plots=False)
+    text = report.read_text()
+    assert "Ranked by `final_eval_reward` (higher is better), the held-out reward." in text
+    assert "**Best configuration:** `optimizer.lr=0.0001`: final_eval_reward 0.500" in text
+    rows = read_csv(report)
+    assert [r["job"] for r in rows] == ["1", "0"]
+    assert [float(r["final_eval_reward"]) for r in rows] == [0.5, 0.3] and rows[1]["final_reward"] == "0.9"
+    assert "| final eval reward | best eval reward | final reward |" in text
+    training = write_report(tmp_path, objective="final_reward", plots=False).read_text()
+    assert "the training reward; `--objective final_eval_reward` ranks on held-out prompts" in training
+
+
+def test_without_held_out_prompts_the_report_says_it_ranks_on_training_reward(tmp_path):
+    write_job(tmp_path, "0", ["optimizer.lr=1e-3"], ramp(0.9), kls=[0.05] * STEPS)
+    text = write_report(tmp_path, plots=False).read_text()
+    assert "Ranked by `final_reward` (higher is better), the training reward: no job evaluated held-out" in text
+    assert "final eval reward" not in text  # no empty held-out columns
+
+
+def test_a_flat_zero_run_is_dead_not_stable(tmp_path):
+    """The new user's sweep: two runs stayed at reward 0 with zero spread; every run passed KL 0.1."""
+    flat = dict(stds=[0.0] * STEPS, kls=[0.01] * STEPS)
+    write_job(tmp_path, "0", ["optimizer.lr=1e-6"], [0.0] * STEPS, **flat)
+    write_job(tmp_path, "1", ["optimizer.lr=1e-5"], [0.0] * STEPS, **flat)
+    write_job(tmp_path, "2", ["optimizer.lr=3e-4"], ramp(0.9), kls=[0.2] * STEPS)
+    write_job(tmp_path, "3", ["optimizer.lr=1e-3"], ramp(0.9)[:12] + [0.5] * 8, kls=[0.4] * STEPS)
+    verdict = section(write_report(tmp_path, plots=False), "Verdict")
+    stability = next(line for line in verdict.splitlines() if line.startswith("- **Stability**"))
+    assert "1e-06" not in stability and "1e-05" not in stability
+    assert stability.index("`optimizer.lr=0.0003`") < stability.index("`optimizer.lr=0.001`")
+    dead = [line for line in verdict.splitlines() if line.startswith("- **Dead:**")]
+    assert len(dead) == 2 and all("the reward stayed at 0.000" in line and "not stable" in line for line in dead)
+    assert "`optimizer.lr=1e-06`" in dead[0] + dead[1] and "`optimizer.lr=1e-05`" in dead[0] + dead[1]
+    assert "- **KL excursion** in 2 of 4 configurations" in verdict or verdict.count("- **KL excursion:**") == 2
+    assert "Stability: #1 of 2" in verdict  # the best by reward is also the most stable of the live ones
+
+
+def test_a_flat_run_that_is_best_is_called_dead(tmp_path):
+    write_job(tmp_path, "0", ["optimizer.lr=1e-6"], [0.2] * STEPS, stds=[0.0] * STEPS, kls=[0.01] * STEPS)
+    write_job(tmp_path, "1", ["optimizer.lr=1e-3"], ramp(0.15), kls=[0.01] * STEPS)
+    verdict = section(write_report(tmp_path, plots=False), "Verdict")
+    assert "`optimizer.lr=1e-06`: final_reward 0.200, job 0. Its reward never varied: it is dead" in verdict

@@ -92,3 +92,18 @@ def test_the_fraction_must_leave_prompts_to_train_on(settings):
     with pytest.raises(UserError, match=r"dataset.eval_fraction=1.0 is out of range: it must lie in \[0, 1\)"):
         validate(settings("dataset.eval_fraction=1.0"))
     assert settings().dataset.eval_fraction == 0.1  # shipped default, documented in conf/dataset/
+
+
+# (held-out prompts, completions per prompt, configured batch, batch used): 26 prompts in 2 batches of 13,
+# a prime 23 in one, 100 in batches of 4 prompts (24 completions, as asked), 7 one prompt at a time.
+EVAL_BATCHES = [(26, 2, 24, 26), (23, 2, 24, 46), (100, 6, 24, 24), (7, 4, 8, 4)]
+
+
+@pytest.mark.parametrize(("prompts", "group", "configured", "expected"), EVAL_BATCHES)
+def test_evaluation_batches_hold_whole_groups_and_weigh_alike(settings, prompts, group, configured, expected):
+    """TRL's eval/reward is a mean of batch means: equal batches make it the mean over every completion."""
+    from grpo_exp.batch import eval_batch
+
+    cfg = settings(f"grpo.num_generations_eval={group}", f"grpo.per_device_eval_batch_size={configured}")
+    size = eval_batch(cfg, prompts)
+    assert size == expected and size % group == 0 and (prompts * group) % size == 0

@@ -71,14 +71,15 @@ def test_report_ranks_all_four_jobs_with_their_swept_values(grid):
         ("6", "0.0005"),
         ("6", "0.001"),
     }
-    finals = [float(r["final_reward"]) for r in rows]
+    finals = [float(r["final_eval_reward"]) for r in rows]  # the held-out reward, not the training one
     assert finals == sorted(finals, reverse=True)
     report = (grid / "report" / "report.md").read_text()
+    assert "Ranked by `final_eval_reward` (higher is better), the held-out reward." in report
     assert "## Verdict" in report and "Best configuration" in report
 
 
 def test_report_plots_are_real_pngs(grid):
-    for name in ("reward_curves.png", "kl_curves.png", "final_reward_heatmap.png"):
+    for name in ("reward_curves.png", "kl_curves.png", "final_eval_reward_heatmap.png"):
         data = (grid / "report" / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 5000, name
 
@@ -134,4 +135,4 @@ def test_optuna_search_returns_the_objective_and_reports(tmp_path):
     result = multirun(sweep_dir, "+sweep=optuna", "hydra.sweeper.n_trials=2", "grpo.max_steps=2")
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(job_dirs(sweep_dir)) == 2
-    assert "Ranked by `final_reward`" in (sweep_dir / "report" / "report.md").read_text()
+    assert "Ranked by `final_eval_reward`" in (sweep_dir / "report" / "report.md").read_text()

@@ -22,6 +22,7 @@ from typing import Any
 from grpo_exp.errors import UserError
 from grpo_exp.metrics import SUMMARY_FILE
 from grpo_exp.report.jobs import FAILED, INCOMPLETE, Job
+from grpo_exp.report.stability import Stability, describe, median_max_kl, rank_stability
 from grpo_exp.report.sweep import (
     DEFAULT_OBJECTIVE,
     DEFAULT_VALUE,
@@ -47,6 +48,8 @@ EXIT_NOTHING_TO_REPORT = 2
 WATCHED_METRICS = ("reward_std", "kl", "frac_reward_zero_std")
 # (summary key, markdown header, format) of the table's result columns, in order.
 RESULT_COLUMNS = (
+    ("final_eval_reward", "final eval reward", "{:.3f}"),
+    ("best_eval_reward", "best eval reward", "{:.3f}"),
     ("final_reward", "final reward", "{:.3f}"),
     ("peak_reward", "peak reward", "{:.3f}"),
     ("final_reward_std", "final reward std", "{:.3f}"),
@@ -59,15 +62,30 @@ RESULT_COLUMNS = (
 )
 
 
+# Columns only a sweep with held-out evaluations fills; left out of the table and CSV otherwise.
+EVAL_COLUMNS = frozenset({"final_eval_reward", "best_eval_reward"})
+
+
 # ---------------------------------------------------------------------------------------- verdict
 
 
 def verdict(sweep: Sweep) -> list[str]:
-    """The report's opening bullets: the best configuration, which are stable, which jobs failed."""
-    return [*_best(sweep), *_stability(sweep), *_casualties(sweep)]
+    """The report's opening bullets: the best configuration, how stable each is, which jobs failed."""
+    ranked = rank_stability(_assessed(sweep))
+    return [*_best(sweep, ranked), *_stability(sweep, ranked), *_casualties(sweep)]
 
 
-def _best(sweep: Sweep) -> list[str]:
+def _assessed(sweep: Sweep) -> dict[str, list[Job]]:
+    """Each configuration's finished jobs that logged a reward (a partial run alone is not judged)."""
+    configs = {}
+    for group in sweep.configs():
+        jobs = [job for job in group.jobs if job.finished and job.value("peak_reward") is not None]
+        if jobs:
+            configs[_group_label(sweep, group)] = jobs
+    return configs
+
+
+def _best(sweep: Sweep, stability: list[Stability]) -> list[str]:
     scored = [(group, sweep.stat(group.jobs)) for group in sweep.configs()]
     ranked = sorted(
         ((g, s) for g, s in scored if s.mean is not None), key=lambda gs: gs[1].mean, reverse=sweep.maximize
@@ -78,30 +96,51 @@ def _best(sweep: Sweep) -> list[str]:
     head = "Best configuration" if len(scored) > 1 else "Only configuration"
     spread = f" ± {stat.std:.3f} (mean ± std over {stat.n} {sweep.repeats})" if stat.std is not None else ""
     jobs = _jobs_text(job for job in group.jobs if job.finished)
-    line = f"- **{head}:** `{_group_label(sweep, group)}`: {sweep.objective} {stat.mean:.3f}{spread}, {jobs}."
-    if not _stable(group.jobs):
-        line += " It is not stable, see below."
+    label = _group_label(sweep, group)
+    line = f"- **{head}:** `{label}`: {sweep.objective} {stat.mean:.3f}{spread}, {jobs}."
+    live = [s.label for s in stability if not s.dead]
+    if any(s.label == label and s.dead for s in stability):
+        line += " Its reward never varied: it is dead, see below."
+    elif label in live and len(live) > 1:
+        line += f" Stability: #{live.index(label) + 1} of {len(live)}, see below."
     return [line]
 
 
-def _stability(sweep: Sweep) -> list[str]:
-    stable, drifting, collapses = [], [], []
-    for group in sweep.configs():
-        label = _group_label(sweep, group)
-        assessed = [job for job in group.jobs if job.value("peak_reward") is not None]
-        if kl_jobs := [job for job in assessed if job.kl_steps]:
-            drifting.append((label, kl_jobs))
-        if collapsed := [job for job in assessed if job.collapsed]:
-            collapses.append(f"- **Reward std collapse:** `{label}`: {_collapse_text(collapsed)}.")
-        if any(job.finished for job in assessed) and _stable(assessed):
-            stable.append(f"`{label}`")  # judged on finished runs, not on a partial one alone
-    logged = [job for job in sweep.jobs if job.value("peak_reward") is not None]
-    if not logged:
+def _stability(sweep: Sweep, ranked: list[Stability]) -> list[str]:
+    if not ranked:
         return []  # nothing ran long enough to judge
-    head = "- **Stable** (KL never above its threshold, reward std never collapsed before success): "
-    no_kl = [job for job in logged if job.kl_steps is None]
-    caveat = f" ({_jobs_text(no_kl)} logged no KL: only reward std checked)" if no_kl else ""
-    return [head + _listing(stable, len(sweep.configs())) + caveat + ".", *_kl_lines(drifting, sweep), *collapses]
+    live, dead = [s for s in ranked if not s.dead], [s for s in ranked if s.dead]
+    lines = []
+    if live:
+        median = median_max_kl(ranked)
+        entries = [f"{i}. `{s.label}` ({describe(s, median)})" for i, s in enumerate(live, start=1)]
+        more = len(entries) - MAX_LISTED
+        listing = "; ".join(entries[:MAX_LISTED]) + (f"; and {more} more" if more > 0 else "")
+        no_kl = [job for s in live for job in s.jobs if job.kl_steps is None]
+        caveat = f" ({_jobs_text(no_kl)} logged no KL: ranked without it)" if no_kl else ""
+        lines.append(
+            "- **Stability**, relative to this sweep, most stable first (ranked on the drop from the peak reward, "
+            f"the fall of reward std before success and the max KL against the sweep's median){caveat}: {listing}."
+        )
+    if dead:
+        floor, gain = (
+            _span([j.min_reward_std for s in dead for j in s.jobs], "{:g}"),
+            _span([j.min_improvement for s in dead for j in s.jobs], "{:g}"),
+        )
+        for s in dead:
+            reward = _span([job.value("final_reward") for job in s.jobs])
+            lines.append(
+                f"- **Dead:** `{s.label}`: the reward stayed at {reward}, reward std never reached {floor} and the "
+                f"reward moved less than {gain}, in {_jobs_text(s.jobs)}: no learning signal, not stable."
+            )
+    drifting, collapses = [], []
+    for group in sweep.configs():  # flags, partial runs included: a killed run's KL alarm still matters
+        label, logged = _group_label(sweep, group), [job for job in group.jobs if job.value("peak_reward") is not None]
+        if kl_jobs := [job for job in logged if job.kl_steps]:
+            drifting.append((label, kl_jobs))
+        if collapsed := [job for job in logged if job.collapsed and not job.dead]:
+            collapses.append(f"- **Reward std collapse:** `{label}`: {_collapse_text(collapsed)}.")
+    return [*lines, *_kl_lines(drifting, sweep), *collapses]
 
 
 def _kl_lines(drifting: list[tuple[str, list[Job]]], sweep: Sweep) -> list[str]:
@@ -114,16 +153,6 @@ def _kl_lines(drifting: list[tuple[str, list[Job]]], sweep: Sweep) -> list[str]:
         f"- **KL excursion** in {len(drifting)} of {len(sweep.configs())} configurations: {_kl_text(jobs)}; "
         f"the mildest is `{mildest_label}` (max KL {max(job.value('max_kl') or 0.0 for job in mildest):.3f})."
     ]
-
-
-def _listing(labels: list[str], total: int) -> str:
-    """Labels in rank order, shortened for a search that tried dozens of configurations."""
-    if not labels:
-        return "none"
-    if len(labels) == total > 1:
-        return f"all {total} configurations"
-    more = len(labels) - MAX_LISTED
-    return ", ".join(labels[:MAX_LISTED]) + (f" and {more} more (see the table)" if more > 0 else "")
 
 
 def _casualties(sweep: Sweep) -> list[str]:
@@ -140,10 +169,6 @@ def _casualties(sweep: Sweep) -> list[str]:
         elif not job.finished:
             lines.append(f"- **{job.status.capitalize()}:** {ref}, {int(job.value('logged_steps') or 0)} steps logged.")
     return lines
-
-
-def _stable(jobs: list[Job]) -> bool:
-    return not any(job.kl_steps or job.collapsed for job in jobs)
 
 
 def _kl_text(jobs: list[Job]) -> str:
@@ -235,7 +260,8 @@ def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str]) -> s
     lines = [
         f"# {'Sweep' if len(sweep.jobs) > 1 else 'Run'} report: {sweep.path}",
         "",
-        f"{len(sweep.jobs)} job(s): {counts}. Swept: {swept}. Ranked by `{sweep.objective}` ({order} is better).",
+        f"{len(sweep.jobs)} job(s): {counts}. Swept: {swept}. Ranked by `{sweep.objective}` ({order} is better)"
+        + (f", {sweep.basis}." if sweep.basis else "."),
         "",
         "## Verdict",
         "",
@@ -316,7 +342,8 @@ def _notes(sweep: Sweep) -> list[str]:
 
 
 def _result_keys(sweep: Sweep) -> list[str]:
-    keys = [key for key, _, _ in RESULT_COLUMNS]
+    evaluated = any(job.value("final_eval_reward") is not None for job in sweep.jobs)
+    keys = [key for key, _, _ in RESULT_COLUMNS if evaluated or key not in EVAL_COLUMNS]
     return keys if sweep.objective in keys else [*keys, sweep.objective]
 
 

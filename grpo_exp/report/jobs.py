@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from grpo_exp.config import MonitorSettings
-from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE, read_metrics, summarize
+from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE, read_eval_metrics, read_metrics, summarize, summarize_eval
 
 CONFIG_FILE = "config.yaml"
 ERROR_FILE = "error.txt"
@@ -28,6 +28,7 @@ OVERRIDES_FILE = ".hydra/overrides.yaml"
 JOB_FILES = (SUMMARY_FILE, METRICS_FILE, CONFIG_FILE, ERROR_FILE, OVERRIDES_FILE)
 DEFAULT_KL_THRESHOLD = MonitorSettings.kl_threshold
 DEFAULT_MIN_REWARD_STD = MonitorSettings.min_reward_std
+DEFAULT_MIN_IMPROVEMENT = MonitorSettings.min_improvement
 COMPLETED, FAILED, INCOMPLETE = "completed", "failed", "incomplete"
 # A final reward within this of the run's peak counts as "at its best": homogeneous completions
 # there mean every one succeeded, which is not a collapse.
@@ -46,6 +47,7 @@ class Job:
     overrides: dict[str, Any]
     kl_threshold: float = DEFAULT_KL_THRESHOLD
     min_reward_std: float = DEFAULT_MIN_REWARD_STD
+    min_improvement: float = DEFAULT_MIN_IMPROVEMENT
     objective: str | None = None  # what the job returned to the sweeper (config key `objective`)
     error: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -83,6 +85,20 @@ class Job:
             return None
         return std < self.min_reward_std and final < peak - AT_PEAK_TOLERANCE
 
+    @property
+    def dead(self) -> bool | None:
+        """The reward never varied: no group ever spread (reward std below the floor at every step) and the
+        mean reward moved less than ``monitor.min_improvement``. GRPO had no signal; flat is not stable.
+
+        None when the job logged no reward std."""
+        stds, rewards = self.series("reward_std")[1], self.series("reward")[1]
+        if not stds:
+            stds = [v for v in (self.value("first_reward_std"), self.value("final_reward_std")) if v is not None]
+            rewards = [v for v in (self.value("first_reward"), self.value("peak_reward")) if v is not None]
+        if not stds or not rewards:
+            return None
+        return max(stds) < self.min_reward_std and max(rewards) - min(rewards) < self.min_improvement
+
 
 def load_job(path: Path) -> Job:
     """One job folder; whatever is missing or damaged becomes a note, never an exception."""
@@ -102,7 +118,8 @@ def load_job(path: Path) -> Job:
     summary = _read_json(path / SUMMARY_FILE)
     if summary is None and (path / SUMMARY_FILE).exists():
         notes.append(f"{SUMMARY_FILE} is unreadable: figures come from {METRICS_FILE}")
-    stats = summarize(rows, kl_threshold) | {k: v for k, v in (summary or {}).items() if v is not None}
+    held_out = summarize_eval(read_eval_metrics(path / METRICS_FILE))
+    stats = summarize(rows, kl_threshold) | held_out | {k: v for k, v in (summary or {}).items() if v is not None}
     overrides = _read_overrides(path)
     if overrides is None:
         overrides = (summary or {}).get("overrides") or {}
@@ -119,6 +136,7 @@ def load_job(path: Path) -> Job:
         overrides=overrides,
         kl_threshold=kl_threshold,
         min_reward_std=float(monitor.get("min_reward_std", DEFAULT_MIN_REWARD_STD)),
+        min_improvement=float(monitor.get("min_improvement", DEFAULT_MIN_IMPROVEMENT)),
         objective=config.get("objective") if isinstance(config.get("objective"), str) else None,
         error=error,
         notes=notes,

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from grpo_exp.errors import UserError
+from grpo_exp.metrics import TRAINING_COUNTERPART
 from grpo_exp.report.jobs import Job, finite, is_job, load_job, read_yaml
 
 if TYPE_CHECKING:  # pandas loads when a report is computed, not when the module is imported
     import pandas as pd
 
 REPORT_DIR = "report"
-DEFAULT_OBJECTIVE = "final_reward"
+DEFAULT_OBJECTIVE = "final_eval_reward"  # the held-out reward; a sweep without one ranks on final_reward
 # Objectives where lower is better, unless told otherwise (--maximize) or the sweeper's direction says.
 MINIMIZED = frozenset(
     {"mean_kl", "max_kl", "final_kl", "steps_above_kl_threshold", "frac_reward_zero_std", "wall_time_s"}
@@ -65,6 +66,7 @@ class Sweep:
     swept: list[str]
     objective: str = DEFAULT_OBJECTIVE
     maximize: bool = True
+    basis: str = ""  # what the objective measures, for the report's header (held-out or training reward)
 
     @property
     def config_keys(self) -> list[str]:
@@ -105,8 +107,10 @@ def load_sweep(sweep_dir: Path, objective: str | None = None, maximize: bool | N
     """Every job under ``sweep_dir`` (or the run in it), ranked; NothingToReport when there is none.
 
     By default the ranking follows the sweep itself: the objective its jobs returned to the sweeper
-    (config key ``objective``, else final_reward), in the sweeper's direction (Optuna's
+    (config key ``objective``, else final_eval_reward), in the sweeper's direction (Optuna's
     ``direction``), else lower-is-better for KL-like objectives and higher-is-better for the rest.
+    A held-out objective in a sweep where no job evaluated held-out prompts becomes its training
+    counterpart (final_eval_reward -> final_reward), and ``basis`` says so.
     """
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
@@ -116,17 +120,36 @@ def load_sweep(sweep_dir: Path, objective: str | None = None, maximize: bool | N
         raise NothingToReport(f"no job folders in {sweep_dir}{_where_jobs_are(sweep_dir)}")
     jobs = [load_job(d) for d in dirs]
     own = _common({job.objective for job in jobs}) or DEFAULT_OBJECTIVE
-    objective = objective or own
-    if maximize is None and objective == own:  # the sweeper's direction was given for its objective only
+    requested = objective or own
+    objective, basis = _basis(requested, jobs)
+    if maximize is None and requested == own:  # the sweeper's direction was given for its objective only
         maximize = _sweeper_maximizes(sweep_dir)
     if maximize is None:
         maximize = objective not in MINIMIZED
     known = sorted({k for job in jobs for k, v in job.stats.items() if v is None or job.value(k) is not None})
     if objective not in known:
         raise UserError(f"unknown objective {objective!r}: use one of {', '.join(known)}")
-    sweep = Sweep(sweep_dir, jobs, swept_keys(jobs), objective, maximize)
+    sweep = Sweep(sweep_dir, jobs, swept_keys(jobs), objective, maximize, basis)
     sweep.jobs.sort(key=lambda job: _rank(sweep, job))
     return sweep
+
+
+def _basis(objective: str, jobs: list[Job]) -> tuple[str, str]:
+    """The objective to rank on and what it measures: held-out reward when some job has it, else training."""
+    held_out = [job for job in jobs if job.value("final_eval_reward") is not None]
+    if objective in TRAINING_COUNTERPART:
+        if held_out:
+            lacking = len(jobs) - len(held_out)
+            return objective, "the held-out reward" + (f"; {lacking} job(s) without one rank last" if lacking else "")
+        training = TRAINING_COUNTERPART[objective]
+        return (
+            training,
+            f"the training reward: no job evaluated held-out prompts (`{training}` stands in for `{objective}`)",
+        )
+    if objective in TRAINING_COUNTERPART.values() or objective == "final_reward_std":
+        hint = "; `--objective final_eval_reward` ranks on held-out prompts" if held_out else ""
+        return objective, "the training reward" + hint
+    return objective, ""
 
 
 def find_job_dirs(sweep_dir: Path) -> list[Path]:
