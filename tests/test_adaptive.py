@@ -114,6 +114,7 @@ def test_adaptive_run_changes_its_group_size_and_continues_weights_and_optimizer
         "adaptive.profile_prompts=8",
         "adaptive.max_generations=8",
         "adaptive.target_mixed_share=0.9",  # above 1 - 2 * 0.5**4, so never met by groups of 4
+        "grpo.eval_on_start=true",  # held out: once before step 1, not again when stage 2 starts
         f"hydra.run.dir={job}",
     ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
