@@ -88,7 +88,8 @@ def train_in_stages(
         profiled = _sample(len(prompts), a.profile_prompts, settings.seed + step)
         scores = sampler.scores([prompts[i] for i in profiled], a.samples_per_prompt, step)
         rates = [sum(s >= a.solved_threshold for s in row) / len(row) for row in scores]
-        min_kept = checks.with_group(settings, group).grpo.per_device_train_batch_size // group  # prompts per step
+        per_step = checks.with_group(settings, group).grpo.per_device_train_batch_size // group
+        min_kept = max(1, per_step - (len(prompts) - len(profiled)))  # prompts left out of the profile train too
         choice = choose(rates, sizes, a.target_mixed_share, a.drop_solved, a.drop_unsolved, min_kept)
         spent += len(profiled) * a.samples_per_prompt
         dropped = {profiled[i] for i in (*choice.dropped_solved, *choice.dropped_unsolved)}
