@@ -161,7 +161,7 @@ def table(runs: list[dict]) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for arm in dict.fromkeys(r["arm"] for r in runs):
         mine = [r for r in runs if r["arm"] == arm]
-        groups = "; ".join("-".join(map(str, r["groups"])) for r in mine) if mine[0]["groups"] else arm.split()[0]
+        groups = "; ".join("-".join(map(str, r["groups"])) for r in mine) if mine[0]["groups"] else arm.split()[-1]
         cells = [spread([r.get(k) for r in mine]) for k in ("held_out", "final_reward", "trl_final_eval")]
         print(f"| {arm} | {mine[0]['steps']} | {mine[0]['completions']} | {' | '.join(cells)} | "
               f"{groups} | {spread([r.get('wall_s') for r in mine], 0)} |")  # fmt: skip
