@@ -98,7 +98,7 @@ def train(
                 from grpo_exp.adaptive.stages import train_in_stages
 
                 with stop.listening():
-                    trainer = train_in_stages(settings, output_dir, monitor, run, checked, stop)
+                    trainer = train_in_stages(settings, output_dir, monitor, run, checked, stop, build_trainer)
             else:
                 trainer = build_trainer(
                     settings, output_dir, monitor, run, checked, stop=stop, wandb_sent_step=sent_step

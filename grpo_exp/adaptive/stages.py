@@ -14,6 +14,7 @@ import gc
 import json
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,10 +71,11 @@ def train_in_stages(
     run: Any,
     checked: Checked,
     stop: StopRequest,
+    build_trainer: Callable[..., Any],
 ):
-    """Profile, choose, train a stage; repeat until ``grpo.max_steps``. Returns the last stage's trainer."""
-    from grpo_exp.train import build_trainer
+    """Profile, choose, train a stage; repeat until ``grpo.max_steps``. Returns the last stage's trainer.
 
+    ``build_trainer`` is ``train.build_trainer`` (passed in, so this module doesn't import train.py back)."""
     _quiet_batch_size_warning()
     a, total = settings.adaptive, settings.grpo.max_steps
     sizes = checks.allowed_groups(settings)
