@@ -157,6 +157,23 @@ class GrpoSettings(TrlGrpoFields):
 
 
 @dataclass
+class AdaptiveSettings:
+    """Adaptive group size: profile prompt difficulty at intervals, pick ``num_generations`` per stage."""
+
+    enabled: bool = False
+    interval: int = 50
+    profile_prompts: int | None = 64
+    samples_per_prompt: int = 4
+    generation_batch: int = 64
+    min_generations: int = 4
+    max_generations: int = 16
+    target_mixed_share: float = 0.8
+    solved_threshold: float = 1.0
+    drop_solved: bool = True
+    drop_unsolved: bool = True
+
+
+@dataclass
 class MonitorSettings:
     kl_threshold: float = 0.1
     min_reward_std: float = 0.05
@@ -209,6 +226,7 @@ class ExperimentConfig:
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     grpo: GrpoSettings = field(default_factory=GrpoSettings)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
+    adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
     logger: LoggerSettings = field(default_factory=LoggerSettings)
     seed: int = 42
     device: Device = Device.auto

@@ -17,7 +17,7 @@ import time
 import warnings
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
@@ -42,6 +42,9 @@ from grpo_exp.stops import JobStopped, StopRequest
 from grpo_exp.tracking import RunIdentity, continue_history, resolve_mode, view_hint, wandb_run
 from grpo_exp.trl_schema import TrlGrpoFields
 from grpo_exp.validate import Checked, validate
+
+if TYPE_CHECKING:
+    from grpo_exp.adaptive.stages import Stage
 
 log = logging.getLogger(__name__)
 
@@ -90,22 +93,27 @@ def train(
     ) as opening:
         run = None
         try:
-            trainer = build_trainer(settings, output_dir, monitor, checked, stop=stop, tracked=opening is not None)
-            if opening is not None:  # W&B opened while the model loaded
-                run = opening.result()
-                info["wandb"] = {"id": run.id, "name": run.name, "group": run.group, "project": run.project}
-                if primary:
-                    _write_run_info(output_dir, info)
-                sent = 0
-                if resume_point:
-                    rows = read_metrics(output_dir / METRICS_FILE)
-                    sent = continue_history(run, mode, output_dir, resume_point.step, rows)
-                _follow(trainer, run, sent)
-                hint = view_hint(run, mode, output_dir)
-            outcome["startup_s"] = round(time.perf_counter() - started, 2)
-            checkpoint = resume_point and resume_point.checkpoint
-            with stop.listening():
-                trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
+            if settings.adaptive.enabled:  # stages of their own group size (adaptive/stages.py)
+                from grpo_exp.adaptive.stages import train_in_stages
+
+                run, _, hint = _join_wandb(opening, info, output_dir, mode, None, primary)  # profiles log from step 0
+
+                def build_stage(*args: Any, **kwargs: Any) -> Any:
+                    stage_trainer = build_trainer(*args, tracked=run is not None, **kwargs)
+                    _follow(stage_trainer, run, 0)
+                    return stage_trainer
+
+                with stop.listening():
+                    trainer = train_in_stages(settings, output_dir, monitor, run, checked, stop, build_stage)
+            else:
+                trainer = build_trainer(settings, output_dir, monitor, checked, stop=stop, tracked=opening is not None)
+                run, sent, hint = _join_wandb(opening, info, output_dir, mode, resume_point, primary)
+                if run is not None:
+                    _follow(trainer, run, sent)
+                outcome["startup_s"] = round(time.perf_counter() - started, 2)
+                checkpoint = resume_point and resume_point.checkpoint
+                with stop.listening():
+                    trainer.train(resume_from_checkpoint=str(checkpoint.path) if checkpoint else None)
             if settings.save_model:
                 trainer.save_model(str(output_dir / "model"))
             outcome["status"] = "completed" if stop.signum is None else "interrupted"
@@ -137,10 +145,12 @@ def build_trainer(
     checked: Checked,
     stop: StopRequest | None = None,
     tracked: bool = False,
+    stage: Stage | None = None,
 ):
     """Everything heavy happens here: torch, transformers and trl load, the model loads.
 
-    With ``tracked``, the trainer logs to the W&B run that ``_follow`` hands it once open."""
+    With ``tracked``, the trainer logs to the W&B run that ``_follow`` hands it once open.
+    ``stage``: one stage of an adaptive run (its prompts and stage-end callbacks; adaptive/stages.py)."""
     import datasets
     from transformers import set_seed
     from transformers.trainer_callback import ProgressCallback
@@ -159,6 +169,7 @@ def build_trainer(
     path = models.model_path(settings.model)
     model, tokenizer = models.load(settings.model, path, gpu)
     dataset, held_out = data.load_splits(settings.dataset, tokenizer)
+    dataset = stage.prompts if stage else dataset
     with library_bars_off():  # the reference model would repeat the policy's "Loading weights" bar
         trainer = JobTrainer(
             model=model,
@@ -176,16 +187,40 @@ def build_trainer(
             eval_dataset=held_out,
             peft_config=models.lora_config(settings.model),
             callbacks=[
-                JobCallback(output_dir / METRICS_FILE, monitor),
+                JobCallback(output_dir / METRICS_FILE, monitor, finish=stage is None or stage.final),
                 CheckpointSeal(monitor),
                 StopCallback(stop or StopRequest()),
                 *([FinalEvaluation()] if held_out is not None else []),
+                *(stage.callbacks if stage else ()),
             ],
             print_completions=settings.grpo.print_completions,
         )
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(SignalProgress())
     return trainer
+
+
+def _join_wandb(
+    opening: Future | None,
+    info: dict[str, Any],
+    output_dir: Path,
+    mode: str,
+    resume_point: ResumePoint | None,
+    primary: bool,
+) -> tuple[Any, int, str | None]:
+    """Wait for the W&B run opening in the background; record its id in ``run_info.json`` and, after
+    a resume, join its history to the stopped run's. Returns the run, the last step W&B holds, and
+    how to see the run (all None/0 when tracking is off)."""
+    if opening is None:
+        return None, 0, None
+    run = opening.result()
+    info["wandb"] = {"id": run.id, "name": run.name, "group": run.group, "project": run.project}
+    if primary:
+        _write_run_info(output_dir, info)
+    sent = 0
+    if resume_point:
+        sent = continue_history(run, mode, output_dir, resume_point.step, read_metrics(output_dir / METRICS_FILE))
+    return run, sent, view_hint(run, mode, output_dir)
 
 
 def _follow(trainer: Any, run: Any, sent_step: int) -> None:

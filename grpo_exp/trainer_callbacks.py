@@ -25,12 +25,16 @@ BAR_FIELDS = {"reward": "reward", "reward_std": "std", "kl": "kl", "completions/
 
 
 class JobCallback(TrainerCallback):
-    """Writes every log to ``metrics.jsonl`` and reports health alerts as they appear."""
+    """Writes every log to ``metrics.jsonl`` and reports health alerts as they appear.
 
-    def __init__(self, metrics_path: Path, monitor: HealthMonitor, run: Any | None = None) -> None:
+    ``finish``: run the monitor's end-of-run checks when training ends (not at the end of an adaptive
+    run's intermediate stages, which the next stage continues)."""
+
+    def __init__(self, metrics_path: Path, monitor: HealthMonitor, run: Any | None = None, finish: bool = True) -> None:
         self.metrics_path = metrics_path
         self.monitor = monitor
         self.run = run
+        self.finish = finish
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
@@ -46,7 +50,7 @@ class JobCallback(TrainerCallback):
             )
 
     def on_train_end(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
+        if state.is_world_process_zero and self.finish:
             self._report(self.monitor.finish(state.global_step))
 
     def _report(self, alerts: list[Alert]) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from grpo_exp import batch, data, hardware, models
+from grpo_exp.adaptive import checks as adaptive_checks
 from grpo_exp.config import ExperimentConfig
 from grpo_exp.errors import UserError
 from grpo_exp.models import warmup
@@ -107,6 +108,7 @@ class Checked:
 def validate(cfg: ExperimentConfig) -> Checked:
     """Raise ``UserError`` for a config that cannot run; size the batch; return advice and the rewards."""
     _check_ranges(cfg)
+    adaptive_checks.check(cfg)
     warnings = batch.size_batch(cfg)
     warnings += _check_hardware(cfg)
     _check_model(cfg)

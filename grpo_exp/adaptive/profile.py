@@ -1,0 +1,107 @@
+"""Sampling and scoring prompts with the current policy, outside the trainer.
+
+The completions are drawn like TRL's GRPOTrainer draws them (chat template with the generation
+prompt, left padding, the ``grpo`` group's sampling settings) and scored by the job's own reward
+parts, summed with their weights as TRL sums them (a part that returns None is left out).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from grpo_exp.config import GrpoSettings
+from grpo_exp.rewards.compose import WeightedReward
+
+
+@dataclass
+class Sampler:
+    """What it takes to sample and score: the policy, its tokenizer, the rewards and the sampling settings."""
+
+    model: Any
+    tokenizer: Any
+    rewards: list[WeightedReward]
+    weights: list[float]
+    grpo: GrpoSettings
+    batch: int  # prompts per generate call
+
+    def scores(self, rows: list[dict[str, Any]], samples: int, step: int) -> list[list[float]]:
+        """The total reward of ``samples`` completions for each row (a dataset record with its ``prompt``)."""
+        self.model.eval()  # no dropout while sampling, as TRL's generation; the next stage's trainer reloads it
+        totals: list[list[float]] = []
+        for start in range(0, len(rows), self.batch):
+            chunk = rows[start : start + self.batch]
+            completions, ids = self._generate([r["prompt"] for r in chunk], samples)
+            flat = self._score(chunk, samples, completions, ids, step)
+            totals += [flat[i * samples : (i + 1) * samples] for i in range(len(chunk))]
+        return totals
+
+    def _generate(self, prompts: list[Any], samples: int) -> tuple[list[Any], list[list[int]]]:
+        import torch
+        from transformers import GenerationConfig
+
+        tok, grpo = self.tokenizer, self.grpo
+        encoded = [_prompt_ids(tok, p) for p in prompts]
+        width = max(len(ids) for ids in encoded)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded])
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded])
+        config = GenerationConfig(
+            max_new_tokens=grpo.max_completion_length,
+            do_sample=True,
+            temperature=grpo.temperature,
+            top_p=grpo.top_p,
+            top_k=grpo.top_k,
+            min_p=grpo.min_p,
+            repetition_penalty=grpo.repetition_penalty,
+            pad_token_id=pad,
+            eos_token_id=tok.eos_token_id,
+            num_return_sequences=samples,
+            **(grpo.generation_kwargs or {}),
+        )
+        device = next(self.model.parameters()).device
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=input_ids.to(device), attention_mask=mask.to(device), generation_config=config
+            )
+        ids = [_until_eos(row.tolist(), tok.eos_token_id) for row in out[:, width:]]
+        texts = tok.batch_decode(ids, skip_special_tokens=True)
+        chat = not isinstance(prompts[0], str)
+        completions = [[{"role": "assistant", "content": t}] if chat else t for t in texts]
+        return completions, ids
+
+    def _score(
+        self, rows: list[dict[str, Any]], samples: int, completions: list[Any], ids: list[list[int]], step: int
+    ) -> list[float]:
+        repeated = [r for r in rows for _ in range(samples)]
+        columns = {k: [r[k] for r in repeated] for k in rows[0] if k != "prompt"}
+        state = SimpleNamespace(global_step=step)  # reward parts that start later (start_step) stay silent
+        totals = [0.0] * len(completions)
+        for reward, weight in zip(self.rewards, self.weights, strict=True):
+            part = reward(
+                prompts=[r["prompt"] for r in repeated],
+                completions=completions,
+                completion_ids=ids,
+                trainer_state=state,
+                **columns,
+            )
+            for i, score in enumerate(part):
+                if score is not None and math.isfinite(score):
+                    totals[i] += weight * score
+        return totals
+
+
+def _prompt_ids(tokenizer: Any, prompt: Any) -> list[int]:
+    if isinstance(prompt, str):
+        return tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def _until_eos(ids: list[int], eos: int | None) -> list[int]:
+    """A completion's tokens up to its end-of-sequence token (the padding after it dropped)."""
+    if eos is not None and eos in ids:
+        return ids[: ids.index(eos) + 1]
+    return ids

@@ -1,0 +1,146 @@
+"""Adaptive group size: the chooser, the settings check, and a real staged run on the tiny model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from grpo_exp.adaptive import checks
+from grpo_exp.adaptive.choice import choose, mixed_share
+from grpo_exp.adaptive.stages import PROFILES_FILE
+from grpo_exp.errors import UserError
+from grpo_exp.metrics import read_eval_metrics, read_metrics
+from grpo_exp.validate import validate
+from tests.conftest import ROOT
+from tests.test_cli import run_py
+from tests.wandb_records import read_run
+
+SIZES = list(range(4, 17))
+
+
+def test_mixed_share_is_the_chance_a_group_is_not_all_alike():
+    assert mixed_share([0.5], 2) == pytest.approx(0.5)
+    assert mixed_share([0.0, 1.0], 8) == 0.0
+    assert mixed_share([0.1], 4) < mixed_share([0.1], 8) < mixed_share([0.1], 16)
+
+
+def test_choice_is_the_smallest_group_reaching_the_target():
+    choice = choose([0.5, 0.5], SIZES, target=0.8)
+    assert choice.num_generations == 4 and choice.reached  # 1 - 2 * 0.5**4 = 0.875
+    hard = choose([0.1, 0.2], SIZES, target=0.8)
+    assert hard.num_generations == next(g for g in SIZES if mixed_share([0.1, 0.2], g) >= 0.8)
+    assert hard.num_generations > 4 and mixed_share([0.1, 0.2], hard.num_generations - 1) < 0.8
+    assert "smallest" in hard.reason
+
+
+def test_rarely_solved_prompts_need_larger_groups():
+    assert choose([0.3] * 4, SIZES, 0.8).num_generations < choose([0.05] * 4, SIZES, 0.8).num_generations
+
+
+def test_unreachable_target_takes_the_largest_size_and_says_so():
+    choice = choose([0.01], [4, 6, 8], target=0.9)
+    assert choice.num_generations == 8 and not choice.reached
+    assert "no size in 4..8 reaches" in choice.reason
+
+
+def test_always_and_never_solved_prompts_are_dropped_when_asked():
+    rates = [1.0, 0.0, 0.5, 0.25, 0.0]
+    choice = choose(rates, SIZES, 0.8)
+    assert choice.dropped_solved == [0] and choice.dropped_unsolved == [1, 4] and choice.kept == [2, 3]
+    assert "dropped 1 always solved and 2 never solved" in choice.reason
+    kept_all = choose(rates, SIZES, 0.8, drop_solved=False, drop_unsolved=False)
+    assert kept_all.kept == [0, 1, 2, 3, 4] and not kept_all.dropped_solved
+    assert choose(rates, SIZES, 0.8, drop_solved=False).kept == [0, 2, 3]
+
+
+def test_dropping_keeps_enough_prompts_for_a_step():
+    choice = choose([1.0, 0.0, 0.5], SIZES, 0.8, min_kept=2)
+    assert choice.kept == [0, 1, 2] and "kept all" in choice.reason
+
+
+def test_group_sizes_keep_whole_groups(settings):
+    assert checks.allowed_groups(settings("adaptive.enabled=true")) == SIZES  # hold_fixed=prompts: any size
+    fixed = settings("adaptive.enabled=true", "grpo.hold_fixed=completions", "grpo.completions_per_step=24")
+    assert checks.allowed_groups(fixed) == [4, 6, 8, 12]
+    stage = checks.with_group(fixed, 6)
+    assert stage.grpo.num_generations == 6 and stage.grpo.per_device_train_batch_size == 24
+    assert fixed.grpo.num_generations == 6 and stage.grpo is not fixed.grpo  # the job's settings stay as they are
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("adaptive.min_generations=1", "adaptive.min_generations=1: GRPO compares"),
+        ("adaptive.max_generations=3", "adaptive.max_generations=3 is below adaptive.min_generations=4"),
+        ("adaptive.target_mixed_share=1.5", "adaptive.target_mixed_share=1.5 must lie in (0, 1)"),
+        ("adaptive.samples_per_prompt=1", "a success rate needs at least 2 samples"),
+        ("adaptive.interval=0", "adaptive.interval=0 must be at least 1"),
+        ("grpo.max_steps=-1", "set grpo.max_steps"),
+        ("grpo.hold_fixed=none", "use grpo.hold_fixed=prompts or completions"),
+        ("adaptive.max_generations=5", "no group size in adaptive.min_generations..max_generations = 4..5"),
+    ],
+)
+def test_bad_adaptive_settings_fail_in_one_line(settings, override, message):
+    extra = ("grpo.hold_fixed=completions", "grpo.completions_per_step=14") if "4..5" in message else ()
+    with pytest.raises(UserError) as error:
+        validate(settings("adaptive.enabled=true", *extra, override))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_bad_adaptive_setting_on_the_command_line_exits_2_before_torch():
+    result = run_py("adaptive.enabled=true", "adaptive.max_generations=2")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "adaptive.max_generations=2 is below" in lines[0]
+    assert "torch" not in result.stdout.split("HEAVY=")[-1]
+
+
+def test_adaptive_run_changes_its_group_size_and_continues_weights_and_optimizer(tmp_path):
+    """Two stages of 2 steps: the first profile moves the group off 4 (a target 4 can't reach), and the second
+    stage continues the first's weights (KL > 0 at once), optimizer (its step count) and step numbers."""
+    job = tmp_path / "job"
+    command = [
+        sys.executable,
+        "run.py",
+        "logger.mode=offline",  # the W&B run gets the adaptive keys too
+        "save_model=false",
+        "grpo.max_steps=4",
+        "grpo.num_generations=4",
+        "adaptive.enabled=true",
+        "adaptive.interval=2",
+        "adaptive.profile_prompts=8",
+        "adaptive.max_generations=8",
+        "adaptive.target_mixed_share=0.9",  # above 1 - 2 * 0.5**4, so never met by groups of 4
+        "grpo.eval_on_start=true",  # held out: once before step 1, not again when stage 2 starts
+        f"hydra.run.dir={job}",
+    ]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)  # generous: shared CPUs
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    profiles = [json.loads(line) for line in (job / PROFILES_FILE).read_text().splitlines()]
+    assert [p["step"] for p in profiles] == [0, 2]
+    assert profiles[0]["changed"] and profiles[0]["previous"] == 4 and profiles[0]["num_generations"] > 4
+    assert all(p["reason"] and 4 <= p["num_generations"] <= 8 for p in profiles)
+    assert "adaptive, step 0: num_generations changes 4 ->" in result.stderr
+    rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    logged = [(r["step"], r["adaptive/num_generations"]) for r in rows if "adaptive/num_generations" in r]
+    assert logged == [(p["step"], p["num_generations"]) for p in profiles]
+
+    (wandb_dir,) = (job / "wandb").glob("offline-run-*")
+    wandb_run = read_run(wandb_dir)
+    assert {"adaptive/num_generations", "adaptive/dropped_prompts", "train/reward"} <= wandb_run.history_keys
+    assert wandb_run.exit_code == 0
+    assert [row["step"] for row in read_eval_metrics(job / "metrics.jsonl")] == [0, 4]  # held-out: start, end
+
+    trained = read_metrics(job / "metrics.jsonl")
+    assert [r["step"] for r in trained] == [1, 2, 3, 4]
+    assert trained[2]["kl"] > 0  # the first step of stage 2 starts from trained weights, not the reference
+    import torch
+
+    optimizer = torch.load(job / "checkpoint-4" / "optimizer.pt", weights_only=False)
+    assert {int(s["step"]) for s in optimizer["state"].values()} == {4}
+    state = json.loads((job / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["train_batch_size"] == 2 * profiles[-1]["num_generations"]  # prompts_per_step x the stage's group
