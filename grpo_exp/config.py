@@ -16,7 +16,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from grpo_exp import metrics, trl_schema
 from grpo_exp.metrics import OBJECTIVES
+from grpo_exp.schema_cache import schema_node
 from grpo_exp.trl_schema import TrlGrpoFields
 
 # Where the config groups live (their YAML holds the defaults and documents every key).
@@ -236,8 +238,10 @@ class ExperimentConfig:
     resume: str = "never"
 
 
+# The files that define the schema: the key of its cached OmegaConf nodes (schema_cache).
+SCHEMA_SOURCES = (Path(__file__), Path(trl_schema.__file__), Path(metrics.__file__))
+
+
 def register_schema() -> None:
     """Make the schema available to conf/config.yaml as ``schema`` (idempotent)."""
-    from grpo_exp.schema_cache import schema_node  # it imports this module
-
-    ConfigStore.instance().store(name="schema", node=schema_node())
+    ConfigStore.instance().store(name="schema", node=schema_node(ExperimentConfig, SCHEMA_SOURCES))

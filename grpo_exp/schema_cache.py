@@ -13,26 +13,24 @@ import os
 import pickle
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import omegaconf
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import config, metrics, trl_schema
 from grpo_exp.cache import cache_root
 
-# The modules whose source decides the schema: editing any of them makes a new cache entry.
-_DEFINED_IN = (config, trl_schema, metrics)
 
-
-def schema_node() -> DictConfig:
-    """``ExperimentConfig`` as OmegaConf nodes: from the cache when it holds this version, else built and cached."""
-    path = cache_root() / f"schema-{cache_key()}.pkl"
+def schema_node(schema: type, sources: Iterable[Path]) -> DictConfig:
+    """``schema`` (a dataclass) as OmegaConf nodes: from the cache when it holds this version, else
+    built and cached. ``sources``: the files that define it; editing one makes a new cache entry."""
+    path = cache_root() / f"schema-{cache_key(sources)}.pkl"
     try:
         return pickle.loads(path.read_bytes())
     except Exception:  # absent, torn or from another build: build it (a cache never stops a command)
         pass
-    node = OmegaConf.structured(config.ExperimentConfig)
+    node = OmegaConf.structured(schema)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.name, delete=False) as handle:
@@ -43,9 +41,9 @@ def schema_node() -> DictConfig:
     return node
 
 
-def cache_key() -> str:
-    """A short hash of the schema's source and of the Python and OmegaConf versions."""
+def cache_key(sources: Iterable[Path]) -> str:
+    """A short hash of the schema's source files and of the Python and OmegaConf versions."""
     digest = hashlib.sha256(f"{sys.version}|{omegaconf.__version__}".encode())
-    for module in _DEFINED_IN:
-        digest.update(Path(module.__file__).read_bytes())
+    for source in sources:
+        digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
