@@ -56,6 +56,27 @@ def test_build_is_deterministic_and_loads_through_from_pretrained(tmp_path):
     assert a.generation_config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
 
 
+def test_the_build_is_the_same_whatever_threads_the_job_set(tmp_path):
+    """A sweep job at threads=1 builds the model a plain run builds: the warm-up's float sums
+    depend on torch's thread count, so the build pins its own."""
+    import torch
+
+    recipe = dataclasses.replace(SMALL, vocab_size=4000, corpus_size=200, sft_steps=20)  # big enough for sums to differ
+    job_threads = torch.get_num_threads()
+    weights = []
+    try:
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            out = tmp_path / str(threads)
+            out.mkdir()
+            tiny.build(recipe, out)
+            assert torch.get_num_threads() == threads  # the job's own setting is back for its training
+            weights.append((out / "model.safetensors").read_bytes())
+    finally:
+        torch.set_num_threads(job_threads)
+    assert weights[0] == weights[1]
+
+
 def test_cache_is_keyed_by_recipe(cache, monkeypatch):
     path = tiny.ensure_built(SMALL)
     assert path.parent == cache and (path / "config.json").is_file()

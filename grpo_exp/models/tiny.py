@@ -28,7 +28,10 @@ from grpo_exp.models.warmup import Example, build_corpus, corpus_files
 log = logging.getLogger(__name__)
 
 # Bump when the build code changes in a way the recipe does not capture.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2  # 2: the warm-up runs on BUILD_THREADS threads
+# The warm-up's weights depend on torch's thread count (the order of its float sums), so the
+# build pins it: the same model whichever job (`threads=1` in a parallel sweep) or machine builds it.
+BUILD_THREADS = 2
 PAD, BOS, EOS = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -80,6 +83,17 @@ def _locked(path: Path) -> Iterator[None]:
 
 def build(recipe: TinyRecipe, out: Path) -> None:
     """Train the tokenizer, create the model, warm it up, and save both into ``out``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(BUILD_THREADS)
+    try:
+        _build(recipe, out)
+    finally:
+        torch.set_num_threads(threads)  # the job's own setting, for its training
+
+
+def _build(recipe: TinyRecipe, out: Path) -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
