@@ -19,7 +19,7 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import resume as resume_rules
 from grpo_exp.config import CONF_DIR, register_schema
@@ -142,10 +142,10 @@ def run_job(cfg: DictConfig) -> float:
         if stop.handover:  # pre-empted under submitit: its handler requeues the job, which resumes
             log.warning("pre-empted at step %d, %s; the launcher requeues the job", stop.step, where)
             stop.handover()
-        log.warning("stopped at step %d, %s; resume with: %s", stop.step, where, resume_command(output_dir))
+        log.warning("stopped at step %d, %s; %s", stop.step, where, continuation(cfg, output_dir))
         sys.exit(stop.exit_code)
     except KeyboardInterrupt:
-        log.warning("stopped at once; resume from the last checkpoint with: %s", resume_command(output_dir))
+        log.warning("stopped at once; from the last checkpoint, %s", continuation(cfg, output_dir))
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -155,6 +155,13 @@ def run_job(cfg: DictConfig) -> float:
         if in_sweep:
             return math.nan
         sys.exit(EXIT_USER_ERROR if isinstance(exc, UserError) else EXIT_FAILED)
+
+
+def continuation(cfg: DictConfig, output_dir: Path) -> str:
+    """How a stopped job goes on: the resume command, or why there is none (adaptive runs)."""
+    if OmegaConf.select(cfg, "adaptive.enabled"):
+        return f"an adaptive run can't be resumed yet; its checkpoints stay in {output_dir}"
+    return f"resume with: {resume_command(output_dir)}"
 
 
 def resume_command(output_dir: Path) -> str:
