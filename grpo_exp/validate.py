@@ -152,6 +152,11 @@ def _check_model(cfg: ExperimentConfig) -> None:
             raise UserError(f"model.recipe.scenarios: unknown {unknown}; known: {', '.join(warmup.scenarios())}")
         if not any(recipe.scenarios.values()):
             raise UserError("model.recipe.scenarios gives every scenario a share of 0: nothing to warm up on")
+        if recipe.answer_share + recipe.cover_share > 1:
+            raise UserError(
+                f"model.recipe.answer_share ({recipe.answer_share}) + cover_share ({recipe.cover_share}) is over 1: "
+                "they are shares of the same customer-service replies; lower one of them"
+            )
 
 
 def _check_hardware(cfg: ExperimentConfig) -> list[str]:

@@ -1,14 +1,20 @@
-"""The warm-up's answer_share: customer-service replies that name the answers their message needs."""
+"""The warm-up's answer_share and cover_share: customer-service replies that name the answers."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+
+import pytest
 
 from grpo_exp.config import TinyRecipe
 from grpo_exp.data import read_records, shipped_file
-from grpo_exp.models.warmup import build_corpus
+from grpo_exp.errors import UserError
+from grpo_exp.models.warmup import FRAGMENTS, build_corpus
+from grpo_exp.validate import validate
 
 ONLY_SERVICE = {"customer_service": 1.0}
+NEITHER = {"answer_share": 0.0, "cover_share": 0.0}
 
 
 def coverage(recipe: TinyRecipe) -> float:
@@ -19,15 +25,31 @@ def coverage(recipe: TinyRecipe) -> float:
 
 
 def test_answer_share_sets_how_often_a_reply_names_its_answers():
-    base = coverage(TinyRecipe(corpus_size=1000, scenarios=ONLY_SERVICE))
-    half = coverage(TinyRecipe(corpus_size=1000, scenarios=ONLY_SERVICE, answer_share=0.5))
+    base = coverage(TinyRecipe(corpus_size=1000, scenarios=ONLY_SERVICE, **NEITHER))
+    half = coverage(TinyRecipe(corpus_size=1000, scenarios=ONLY_SERVICE, answer_share=0.5, cover_share=0.0))
     assert 0.2 < base < 0.35  # any solution of the message's category names some of them by chance
     assert abs(half - (0.5 + 0.5 * base)) < 0.06
 
 
-def test_answer_share_zero_leaves_the_shipped_corpus_as_it_was():
-    """The default draws no extra random numbers: the same corpus as before the option existed
-    (digest taken from the code before it), so the embedded model's warm-up is unchanged."""
-    corpus = build_corpus(TinyRecipe(corpus_size=300))
+def test_a_thorough_reply_names_every_answer_of_its_category_once_each():
+    answers = json.loads(shipped_file(FRAGMENTS).read_text(encoding="utf-8"))["answers"]
+    category = {r["prompt"]: r["category"] for r in read_records(shipped_file("customer_service.jsonl"))}
+    corpus = build_corpus(TinyRecipe(corpus_size=200, scenarios=ONLY_SERVICE, answer_share=0.0, cover_share=1.0))
+    for ex in corpus:
+        assert all(a in ex.reply for a in answers[category[ex.prompt]]), ex.reply
+    sentences = [s for ex in corpus for s in ex.reply.split("。")]
+    assert coverage(TinyRecipe(corpus_size=200, scenarios=ONLY_SERVICE, answer_share=0.0, cover_share=1.0)) == 1.0
+    assert len(sentences) > len(corpus) * 4  # several solutions per reply, not one
+
+
+def test_shares_of_zero_leave_the_original_corpus_as_it_was():
+    """With both shares at 0 the corpus draws no extra random numbers: the corpus from before the
+    options existed (digest taken from the code before them)."""
+    corpus = build_corpus(TinyRecipe(corpus_size=300, **NEITHER))
     digest = hashlib.sha256(repr([(ex.scenario, ex.prompt, ex.reply) for ex in corpus]).encode()).hexdigest()
     assert digest[:16] == "1445f82731ed1c3b"
+
+
+def test_shares_over_one_are_refused_before_the_model_loads(settings):
+    with pytest.raises(UserError, match=r"answer_share \(0.6\) \+ cover_share \(0.5\) is over 1"):
+        validate(settings("model.recipe.answer_share=0.6"))

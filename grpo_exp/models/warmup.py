@@ -7,8 +7,9 @@ has a difference to learn from:
 - customer service: replies built slot by slot (greeting, solution, resolution, optional polite
   phrase, sign-off); each of the three slots the article's format checks takes its exact wording
   with probability ``format_share ** (1/3)``, so about ``format_share`` of replies meet the format;
-  the solution names the message's required answers with probability ``answer_share``, else it is
-  any solution of the message's category;
+  the solution names the message's required answers with probability ``answer_share``, every
+  answer of the message's category with probability ``cover_share`` (a thorough reply), else it is
+  any one solution of the message's category;
 - content creation: the shipped passages, of varied length and keyword use;
 - code generation: the reference solution with probability ``correct_share``, else a near-miss
   variant of it (``code_variants``), in a markdown code block.
@@ -72,15 +73,26 @@ def _customer_service(rng: random.Random, count: int, recipe: TinyRecipe) -> lis
 
         polite = rng.choice(fragments["polite"]) if rng.random() < POLITE_SHARE else ""
         bodies = fragments["bodies"][record["category"]]
-        if recipe.answer_share and rng.random() < recipe.answer_share:  # a body per answer the message needs
-            naming = [rng.choice([b for b in bodies if answer in b]) for answer in record["required_answers"]]
-            body = "".join(dict.fromkeys(naming))
+        draw = rng.random() if recipe.answer_share or recipe.cover_share else 1.0  # 0, 0: the corpus as before
+        if draw < recipe.answer_share:  # a body per answer the message needs
+            body = _naming(bodies, record["required_answers"], rng)
+        elif draw < recipe.answer_share + recipe.cover_share:  # a thorough reply: every answer of the category
+            body = _naming(bodies, fragments["answers"][record["category"]], rng)
         else:
             body = rng.choice(bodies)
         return slot("openings") + body + slot("resolutions") + polite + slot("closings")
 
     chosen = [rng.choice(records) for _ in range(count)]
     return [Example("customer_service", r["prompt"], reply(r)) for r in chosen]
+
+
+def _naming(bodies: list[str], answers: list[str], rng: random.Random) -> str:
+    """Solution sentences that together name every one of ``answers``, each sentence once."""
+    chosen: list[str] = []
+    for answer in rng.sample(answers, len(answers)):
+        if not any(answer in body for body in chosen):
+            chosen.append(rng.choice([b for b in bodies if answer in b]))
+    return "".join(chosen)
 
 
 def _content_creation(rng: random.Random, count: int, recipe: TinyRecipe) -> list[Example]:
