@@ -185,6 +185,7 @@ class MonitorSettings:
     min_improvement: float = 0.05
     max_clipped_ratio: float = 0.5
     min_part_group_std: float = 0.01
+    flat_ok: list[str] = field(default_factory=list)
     window: int = 10
 
 

@@ -139,7 +139,8 @@ class HealthMonitor:
         """
         for key in means:
             part = key.removeprefix(PART_PREFIX).removesuffix(GROUP_STD_SUFFIX)
-            if key == f"{PART_PREFIX}{part}{GROUP_STD_SUFFIX}" and key not in self.varied:
+            flat = key == f"{PART_PREFIX}{part}{GROUP_STD_SUFFIX}" and key not in self.varied
+            if flat and part not in self.settings.flat_ok:
                 yield (
                     f"flat_part/{part}",
                     (

@@ -39,6 +39,12 @@ def test_a_part_that_never_varies_is_named_and_the_others_are_not():
     assert "'information'" in alerts[0].message and "reward.parts.information" in alerts[0].message
 
 
+def test_a_penalty_listed_in_flat_ok_may_stay_at_zero_and_the_others_are_still_checked():
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW, flat_ok=["overlong"]))
+    alerts = feed(monitor, [step(format=0.3, overlong=0.0, information=0.0)] * 6)
+    assert [a.kind for a in alerts] == ["flat_part/information"]
+
+
 def test_a_part_that_varied_then_converged_is_no_alert():
     monitor = HealthMonitor(MonitorSettings(window=WINDOW))
     assert feed(monitor, [step(format=0.4)] * 3 + [step(format=0.0)] * 10) == []

@@ -66,7 +66,7 @@ RECIPES = {
     "code_generation": ("model=tiny_code", "+recipe=code_generation"),
 }
 # The issue's goals that the embedded model does not reach yet (strict: reaching one fails the test,
-# so its mark gets removed). Its replies barely depend on the prompt: benchmarks/recipes.md.
+# so its mark gets removed). Figures and causes: benchmarks/recipes.md.
 NOT_YET = pytest.mark.xfail(strict=True, reason="issue 12: not reached on the embedded model yet")
 
 
@@ -89,7 +89,7 @@ def recipe_edges(tmp_path_factory):
 @pytest.mark.parametrize(
     ("recipe", "parts"),
     [
-        ("customer_service_bot", ("format", "tone")),
+        ("customer_service_bot", ("format", "information", "tone")),
         ("content_creation", ("keywords", "length")),
         ("code_generation", ("tests", "complexity")),
     ],
@@ -115,8 +115,7 @@ def test_writing_reaches_the_target_length(recipe_edges):
 
 
 @pytest.mark.slow
-@NOT_YET
-def test_the_code_pass_rate_gains_a_fifth(recipe_edges):
+def test_the_code_pass_rate_gains_a_fifth(recipe_edges):  # seed 42: 0.54 -> 0.85
     first, last = recipe_edges("code_generation")["tests"]
     assert last - first >= 0.2, f"tests: {first:.3f} -> {last:.3f}"
 

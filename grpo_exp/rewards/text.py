@@ -61,3 +61,15 @@ def _as_list(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
     return list(value)
+
+
+@register("soft_overlong")
+def soft_overlong(
+    completions: list[str], *, completion_ids: list[list[int]], max_tokens: int, cache: int, **_: Any
+) -> list[float]:
+    """DAPO's soft overlong punishment, TRL's implementation: 0 up to ``max_tokens - cache`` tokens,
+    falling linearly to -1 at ``max_tokens``. A part that pays for saying more (naming answers)
+    otherwise grows replies into ``grpo.max_completion_length``, where they are cut."""
+    from trl.rewards import get_soft_overlong_punishment
+
+    return get_soft_overlong_punishment(max_tokens, cache)(completion_ids)
