@@ -177,7 +177,7 @@ def test_scale_by_refuses_unknown_parts_and_cycles(settings):
 
 def test_soft_overlong_takes_the_token_ids_trl_passes_and_punishes_only_near_the_limit(settings):
     overlong = "+reward.parts.overlong={fn: soft_overlong, weight: 0.4, params: {max_tokens: 10, cache: 4}}"
-    parts, weights = build_rewards(settings("reward=customer_service_multi", overlong).reward)
+    parts, _ = build_rewards(settings("reward=customer_service_multi", overlong).reward)
     part = parts[[p.__name__ for p in parts].index("overlong")]
     ids = [[1] * 6, [1] * 8, [1] * 10]  # free, half-way into the cache, at the limit (cut)
     scores = part(prompts=["q"] * 3, completions=["a"] * 3, completion_ids=ids, required_answers=[["x"]] * 3)
