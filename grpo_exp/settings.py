@@ -21,7 +21,10 @@ def to_settings(cfg: DictConfig) -> ExperimentConfig:
     """The composed config as typed dataclasses; a one-line UserError if it can't be."""
     for key in unknown_keys(cfg):
         raise UserError(unknown_key_message(key))
-    missing = sorted(OmegaConf.missing_keys(cfg))
+    try:
+        missing = sorted(OmegaConf.missing_keys(cfg))  # resolves interpolations on its way
+    except Exception as exc:  # e.g. ${grpo.nope}: OmegaConf's error names the key; make it one line
+        raise UserError(describe_config_error(exc)) from None
     if missing:
         raise UserError(f"{missing[0]} is required: add {missing[0]}=<value>")
     try:
@@ -47,8 +50,9 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> Iterator[str]:
 
 
 def _reward_part(name: str, node: Any) -> RewardPart:
-    try:
-        part = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RewardPart), node))
+    try:  # resolved while still in the job's config, so a param may name another key: ${grpo.max_completion_length}
+        plain = OmegaConf.to_container(node, resolve=True)
+        part = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RewardPart), plain))
     except Exception as exc:
         keys = ", ".join(f.name for f in dataclasses.fields(RewardPart))
         raise UserError(f"reward.parts.{name}: {describe_config_error(exc)} (a part has: {keys})") from None

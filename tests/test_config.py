@@ -70,6 +70,11 @@ def test_real_models_keep_the_articles_learning_rate(settings):
         ("model=tinyy", "no model config named 'tinyy'; did you mean model=tiny? available: codellama_7b_instruct, "),
         ("reward=custom", "reward.parts.main.fn is required"),
         ("+reward.parts.x={fn: a.b, wieght: 1}", "reward.parts.x: Key 'wieght' not in 'RewardPart'"),
+        ("grpo.beta=${grpo.nope}", "Interpolation key 'grpo.nope' not found; full_key: grpo.beta"),
+        (
+            "reward.parts.format.params.pattern=${grpo.nope}",
+            "Interpolation key 'grpo.nope' not found; full_key: reward.parts.format.params.pattern",
+        ),
     ],
 )
 def test_config_mistakes_are_one_line(override, message):

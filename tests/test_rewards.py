@@ -182,3 +182,11 @@ def test_soft_overlong_takes_the_token_ids_trl_passes_and_punishes_only_near_the
     ids = [[1] * 6, [1] * 8, [1] * 10]  # free, half-way into the cache, at the limit (cut)
     scores = part(prompts=["q"] * 3, completions=["a"] * 3, completion_ids=ids, required_answers=[["x"]] * 3)
     assert scores == [0.0, -0.5, -1.0]
+
+
+def test_the_bot_s_overlong_penalty_follows_the_completion_length_a_user_sets(settings):
+    """Its limit is ${grpo.max_completion_length}, resolved in the job's config, not a copy of it."""
+    shipped = settings("+recipe=customer_service_bot").reward.parts["overlong"].params
+    longer = settings("+recipe=customer_service_bot", "grpo.max_completion_length=256").reward.parts["overlong"]
+    assert shipped == {"max_tokens": 128, "cache": 32}
+    assert longer.params["max_tokens"] == 256
