@@ -2,7 +2,7 @@
 
 The customer-service recipe's information part rewards naming the answers each message needs;
 GRPO can only sharpen that if the warmed-up model already leans towards them. For every prompt of
-the shipped customer-service set, this samples replies as GRPO would (temperature 1) and prints:
+the shipped customer-service set, this samples replies as GRPO would (``--temperature``, TRL's default 1) and prints:
 
 - ``information``: the mean share of the prompt's required answers named (the reward part's start);
 - ``own category`` / ``other category``: how often a reply names an answer of the message's own
@@ -47,7 +47,7 @@ def tiny_recipe(overrides: list[str]) -> TinyRecipe:
     return OmegaConf.to_object(merged)
 
 
-def probe(path: Path, samples: int, max_tokens: int, seed: int) -> dict[str, float]:
+def probe(path: Path, samples: int, max_tokens: int, seed: int, temperature: float = 1.0) -> dict[str, float]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -63,7 +63,7 @@ def probe(path: Path, samples: int, max_tokens: int, seed: int) -> dict[str, flo
         )
         ids = tokenizer([prompt] * samples, return_tensors="pt", add_special_tokens=False)
         with torch.no_grad():
-            out = model.generate(**ids, do_sample=True, temperature=1.0, max_new_tokens=max_tokens, top_k=0)
+            out = model.generate(**ids, do_sample=True, temperature=temperature, max_new_tokens=max_tokens, top_k=0)
         replies = tokenizer.batch_decode(out[:, ids["input_ids"].shape[1] :], skip_special_tokens=True)
         required = record["required_answers"]
         for reply in replies:
@@ -85,6 +85,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="tiny recipe keys, e.g. sft_steps=600")
     parser.add_argument("--samples", type=int, default=8, help="replies per prompt (a GRPO group)")
     parser.add_argument("--max-tokens", type=int, default=48, help="the tiny model's max_completion_length")
+    parser.add_argument("--temperature", type=float, default=1.0, help="the run's grpo.temperature")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", type=Path, help="probe this built model folder instead of building one")
     args = parser.parse_args()
@@ -94,7 +95,7 @@ def main() -> None:
         started, cpu = time.perf_counter(), time.process_time()
         args.model = ensure_built(recipe)
         print(f"build: {time.perf_counter() - started:.0f} s wall, {time.process_time() - cpu:.0f} s CPU (0: cached)")
-    figures = probe(args.model, args.samples, args.max_tokens, args.seed)
+    figures = probe(args.model, args.samples, args.max_tokens, args.seed, args.temperature)
     print("  ".join(f"{k} {v:.3f}" for k, v in figures.items()))
 
 

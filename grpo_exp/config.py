@@ -67,6 +67,7 @@ class TinyRecipe:
     format_share: float = 0.1
     answer_share: float = 0.3
     cover_share: float = 0.5
+    topic_share: float = 1.0
     correct_share: float = 0.3
     seed: int = 0
 

@@ -102,8 +102,7 @@ def test_the_recipes_parts_learn(recipe_edges, recipe, parts):
 
 
 @pytest.mark.slow
-@NOT_YET
-def test_the_customer_service_bot_learns_the_required_answers(recipe_edges):
+def test_the_customer_service_bot_learns_the_required_answers(recipe_edges):  # seed 42: 0.32 -> 0.50
     first, last = recipe_edges("customer_service_bot")["information"]
     assert last > first and last >= 0.5, f"information: {first:.3f} -> {last:.3f}"
 

@@ -1,4 +1,4 @@
-"""The warm-up's answer_share and cover_share: customer-service replies that name the answers."""
+"""The warm-up's answer_share, cover_share and topic_share: customer-service replies that name the answers."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from grpo_exp.models.warmup import FRAGMENTS, build_corpus
 from grpo_exp.validate import validate
 
 ONLY_SERVICE = {"customer_service": 1.0}
-NEITHER = {"answer_share": 0.0, "cover_share": 0.0}
+NEITHER = {"answer_share": 0.0, "cover_share": 0.0, "topic_share": 0.0}
 
 
 def coverage(recipe: TinyRecipe) -> float:
@@ -48,6 +48,19 @@ def test_shares_of_zero_leave_the_original_corpus_as_it_was():
     corpus = build_corpus(TinyRecipe(corpus_size=300, **NEITHER))
     digest = hashlib.sha256(repr([(ex.scenario, ex.prompt, ex.reply) for ex in corpus]).encode()).hexdigest()
     assert digest[:16] == "1445f82731ed1c3b"
+
+
+def test_topic_share_sets_how_often_the_opening_restates_the_message_category():
+    category = {r["prompt"]: r["category"] for r in read_records(shipped_file("customer_service.jsonl"))}
+    topics = json.loads(shipped_file(FRAGMENTS).read_text(encoding="utf-8"))["topics"]
+
+    def restated(share: float) -> float:
+        corpus = build_corpus(TinyRecipe(corpus_size=1000, scenarios=ONLY_SERVICE, topic_share=share))
+        return sum(any(t.format(category[ex.prompt]) in ex.reply for t in topics) for ex in corpus) / len(corpus)
+
+    assert restated(1.0) == 1.0
+    assert abs(restated(0.5) - 0.5) < 0.06
+    assert restated(0.0) == 0.0
 
 
 def test_shares_over_one_are_refused_before_the_model_loads(settings):

@@ -9,7 +9,8 @@ has a difference to learn from:
   with probability ``format_share ** (1/3)``, so about ``format_share`` of replies meet the format;
   the solution names the message's required answers with probability ``answer_share``, every
   answer of the message's category with probability ``cover_share`` (a thorough reply), else it is
-  any one solution of the message's category;
+  any one solution of the message's category; with probability ``topic_share`` the opening restates
+  the message's category before the solution;
 - content creation: the shipped passages, of varied length and keyword use;
 - code generation: the reference solution with probability ``correct_share``, else a near-miss
   variant of it (``code_variants``), in a markdown code block.
@@ -73,6 +74,9 @@ def _customer_service(rng: random.Random, count: int, recipe: TinyRecipe) -> lis
 
         polite = rng.choice(fragments["polite"]) if rng.random() < POLITE_SHARE else ""
         bodies = fragments["bodies"][record["category"]]
+        topic = ""
+        if recipe.topic_share and rng.random() < recipe.topic_share:  # 0: the corpus as before
+            topic = rng.choice(fragments["topics"]).format(record["category"])
         draw = rng.random() if recipe.answer_share or recipe.cover_share else 1.0  # 0, 0: the corpus as before
         if draw < recipe.answer_share:  # a body per answer the message needs
             body = _naming(bodies, record["required_answers"], rng)
@@ -80,7 +84,7 @@ def _customer_service(rng: random.Random, count: int, recipe: TinyRecipe) -> lis
             body = _naming(bodies, fragments["answers"][record["category"]], rng)
         else:
             body = rng.choice(bodies)
-        return slot("openings") + body + slot("resolutions") + polite + slot("closings")
+        return slot("openings") + topic + body + slot("resolutions") + polite + slot("closings")
 
     chosen = [rng.choice(records) for _ in range(count)]
     return [Example("customer_service", r["prompt"], reply(r)) for r in chosen]
