@@ -61,7 +61,7 @@ class TinyRecipe:
     max_position_embeddings: int = 320
     corpus_size: int = 2000
     scenarios: dict[str, float] = field(default_factory=lambda: {"customer_service": 0.75, "content_creation": 0.25})
-    sft_steps: int = 1200
+    sft_steps: int = 1600
     sft_batch_tokens: int = 512
     sft_lr: float = 3e-3
     format_share: float = 0.1

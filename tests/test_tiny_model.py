@@ -99,6 +99,19 @@ def test_warmup_mix_follows_the_scenario_shares():
     assert counts == {"customer_service": 300, "content_creation": 100}
 
 
+def test_warmup_batches_mix_scenarios_within_the_token_budget():
+    """Batches of one scenario at a time left the model answering writing requests like a customer."""
+    import torch
+
+    rows = [([0] * 10, [0] * 10)] * 30 + [([1] * 60, [1] * 60)] * 10  # short replies and long ones
+    generator = torch.Generator().manual_seed(0)
+    batches = [tiny._batch(rows, 200, generator) for _ in range(300)]
+    assert all(len(b) == 1 or len(b) * max(len(ids) for ids, _ in b) <= 200 for b in batches)
+    assert sum(len({ids[0] for ids, _ in b}) == 2 for b in batches) > 50  # both kinds in one batch
+    assert max(len(b) for b in batches) == 20  # a batch of short rows fills the budget
+    assert tiny._batch([([0] * 300, [0] * 300)], 200, generator) == [([0] * 300, [0] * 300)]  # one, even if too long
+
+
 def test_code_variants_are_wrong_but_mostly_still_python():
     rng = random.Random(0)
     problems = read_records(shipped_file("code_generation.jsonl"))

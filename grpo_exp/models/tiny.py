@@ -28,7 +28,7 @@ from grpo_exp.models.warmup import Example, build_corpus, corpus_files
 log = logging.getLogger(__name__)
 
 # Bump when the build code changes in a way the recipe does not capture.
-BUILDER_VERSION = 2  # 2: the warm-up runs on BUILD_THREADS threads
+BUILDER_VERSION = 3  # 2: the warm-up runs on BUILD_THREADS threads; 3: batches mix scenarios
 # The warm-up's weights depend on torch's thread count (the order of its float sums), so the
 # build pins it: the same model whichever job (`threads=1` in a parallel sweep) or machine builds it.
 BUILD_THREADS = 2
@@ -148,25 +148,22 @@ def train_tokenizer(corpus: list[Example], vocab_size: int):  # -> PreTrainedTok
 
 
 def warm_up(model, tokenizer, corpus: list[Example], recipe: TinyRecipe) -> None:
-    """Supervised next-token training on the replies (prompt tokens masked out of the loss)."""
+    """Supervised next-token training on the replies (prompt tokens masked out of the loss).
+
+    Every batch draws from the whole corpus, so scenarios meet in one update and the model learns
+    to tell a writing request from a customer's message. Batches of one scenario at a time (the
+    builder before version 3) left it answering most writing requests like a customer
+    (benchmarks/recipes.md).
+    """
     import torch
 
-    # One scenario per batch, sized to a token budget: replies differ a lot in length between
-    # scenarios, and padding short replies to the longest passage would waste most of the compute.
-    by_scenario: dict[str, list[tuple[list[int], list[int]]]] = {}
-    for example in corpus:
-        by_scenario.setdefault(example.scenario, []).append(_encode(tokenizer, example))
-    pools = list(by_scenario.values())
-    pool_weights = torch.tensor([len(pool) for pool in pools], dtype=torch.float)
+    rows = [_encode(tokenizer, example) for example in corpus]
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.sft_lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / recipe.sft_steps)
     generator = torch.Generator().manual_seed(recipe.seed)
     model.train()
     for step in range(recipe.sft_steps):
-        pool = pools[int(torch.multinomial(pool_weights, 1, generator=generator))]
-        size = max(1, recipe.sft_batch_tokens // max(len(ids) for ids, _ in pool))
-        batch = torch.randint(len(pool), (size,), generator=generator).tolist()
-        input_ids, labels = _pad([pool[i] for i in batch], tokenizer.pad_token_id)
+        input_ids, labels = _pad(_batch(rows, recipe.sft_batch_tokens, generator), tokenizer.pad_token_id)
         loss = model(input_ids=input_ids, attention_mask=input_ids != tokenizer.pad_token_id, labels=labels).loss
         loss.backward()
         optimizer.step()
@@ -175,6 +172,21 @@ def warm_up(model, tokenizer, corpus: list[Example], recipe: TinyRecipe) -> None
         if step % SFT_LOG_EVERY == 0 or step == recipe.sft_steps - 1:
             log.info("tiny model warm-up step %d/%d: loss %.3f", step + 1, recipe.sft_steps, loss.item())
     model.eval()
+
+
+def _batch(rows: list[tuple[list[int], list[int]]], budget: int, generator) -> list[tuple[list[int], list[int]]]:
+    """Random rows while the padded batch (rows x the longest) stays within ``budget`` tokens; at
+    least one. Replies differ a lot in length between scenarios, so the size follows the draw."""
+    import torch
+
+    batch: list[tuple[list[int], list[int]]] = []
+    width = 0
+    while True:
+        row = rows[int(torch.randint(len(rows), (1,), generator=generator))]
+        width = max(width, len(row[0]))
+        if batch and (len(batch) + 1) * width > budget:
+            return batch
+        batch.append(row)
 
 
 def _encode(tokenizer, example: Example) -> tuple[list[int], list[int]]:
