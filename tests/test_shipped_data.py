@@ -108,7 +108,7 @@ def test_required_answers_come_from_category_vocabulary(cs_rows, replies):
 
 
 def test_replies_structure(replies):
-    assert set(replies) == {"openings", "resolutions", "closings", "bodies", "polite", "answers"}
+    assert set(replies) == {"openings", "resolutions", "closings", "bodies", "polite", "answers", "topics"}
     for group in ("openings", "resolutions", "closings"):
         assert set(replies[group]) == {"exact", "other"}, group
         for kind in ("exact", "other"):
@@ -116,6 +116,8 @@ def test_replies_structure(replies):
             assert _is_str_list(fragments) and len(fragments) >= 8, (group, kind)
             assert len(set(fragments)) == len(fragments), (group, kind)
     assert _is_str_list(replies["polite"]) and len(replies["polite"]) >= 10
+    # openings that restate the message's category: one slot each, for the category's name
+    assert _is_str_list(replies["topics"]) and all(t.count("{}") == 1 for t in replies["topics"])
     assert set(replies["answers"]) == set(replies["bodies"]) == CATEGORIES
     for category, phrases in replies["answers"].items():
         assert _is_str_list(phrases) and 3 <= len(phrases) <= 5, category
@@ -127,6 +129,7 @@ def _all_fragments(replies):
         for kind in ("exact", "other"):
             yield from replies[group][kind]
     yield from replies["polite"]
+    yield from replies["topics"]
     for bodies in replies["bodies"].values():
         yield from bodies
 
