@@ -102,7 +102,7 @@ def test_the_recipes_parts_learn(recipe_edges, recipe, parts):
 
 
 @pytest.mark.slow
-def test_the_customer_service_bot_learns_the_required_answers(recipe_edges):  # seed 42: 0.32 -> 0.50
+def test_the_customer_service_bot_learns_the_required_answers(recipe_edges):  # seed 42: 0.34 -> 0.61
     first, last = recipe_edges("customer_service_bot")["information"]
     assert last > first and last >= 0.5, f"information: {first:.3f} -> {last:.3f}"
 
@@ -114,7 +114,7 @@ def test_writing_reaches_the_target_length(recipe_edges):
 
 
 @pytest.mark.slow
-def test_the_code_pass_rate_gains_a_fifth(recipe_edges):  # seed 42: 0.54 -> 0.85
+def test_the_code_pass_rate_gains_a_fifth(recipe_edges):  # seed 42: 0.60 -> 0.82
     first, last = recipe_edges("code_generation")["tests"]
     assert last - first >= 0.2, f"tests: {first:.3f} -> {last:.3f}"
 

@@ -1,4 +1,4 @@
-"""The embedded default model, built offline: no hub, no GPU, about a minute of a laptop CPU, once.
+"""The embedded default model, built offline: no hub, no GPU, about two minutes of a laptop CPU, once.
 
 Recipe: a byte-level BPE tokenizer trained on the shipped text, with a ChatML chat template (the
 one Qwen uses) so chat prompts go through the same ``apply_chat_template`` path as real models;
