@@ -9,7 +9,7 @@ enums in the schema.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from operator import attrgetter
 
 from grpo_exp import batch, data, hardware, models
@@ -152,6 +152,10 @@ def _check_model(cfg: ExperimentConfig) -> None:
             raise UserError(f"model.recipe.scenarios: unknown {unknown}; known: {', '.join(warmup.scenarios())}")
         if not any(recipe.scenarios.values()):
             raise UserError("model.recipe.scenarios gives every scenario a share of 0: nothing to warm up on")
+        for name in (f.name for f in fields(recipe) if f.name.endswith("_share")):
+            share = getattr(recipe, name)
+            if not 0 <= share <= 1:
+                raise UserError(f"model.recipe.{name} is {share}: a share of the warm-up replies, between 0 and 1")
         if recipe.answer_share + recipe.cover_share > 1:
             raise UserError(
                 f"model.recipe.answer_share ({recipe.answer_share}) + cover_share ({recipe.cover_share}) is over 1: "

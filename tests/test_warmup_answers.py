@@ -66,3 +66,10 @@ def test_topic_share_sets_how_often_the_opening_restates_the_message_category():
 def test_shares_over_one_are_refused_before_the_model_loads(settings):
     with pytest.raises(UserError, match=r"answer_share \(0.6\) \+ cover_share \(0.5\) is over 1"):
         validate(settings("model.recipe.answer_share=0.6"))
+
+
+@pytest.mark.parametrize("override", ["model.recipe.topic_share=1.5", "model.recipe.format_share=-0.1"])
+def test_a_share_outside_zero_to_one_is_refused_before_the_model_loads(settings, override):
+    key, value = override.split("=")
+    with pytest.raises(UserError, match=rf"^{key} is {value}: a share of the warm-up replies, between 0 and 1$"):
+        validate(settings(override))
