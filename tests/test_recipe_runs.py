@@ -91,7 +91,7 @@ def recipe_edges(tmp_path_factory):
     [
         ("customer_service_bot", ("format", "information", "tone")),
         ("content_creation", ("keywords", "length")),
-        ("code_generation", ("tests", "complexity")),
+        ("code_generation", ("syntax", "tests", "complexity")),
     ],
 )
 def test_the_recipes_parts_learn(recipe_edges, recipe, parts):
@@ -114,13 +114,6 @@ def test_writing_reaches_the_target_length(recipe_edges):
 
 
 @pytest.mark.slow
-def test_the_code_pass_rate_gains_a_fifth(recipe_edges):  # seed 42: 0.60 -> 0.82
+def test_the_code_pass_rate_gains_a_fifth(recipe_edges):  # seed 42: 0.25 -> 0.57
     first, last = recipe_edges("code_generation")["tests"]
     assert last - first >= 0.2, f"tests: {first:.3f} -> {last:.3f}"
-
-
-@pytest.mark.slow
-@NOT_YET
-def test_code_that_parses_stays_ahead(recipe_edges):
-    first, last = recipe_edges("code_generation")["syntax"]  # starts near its ceiling and slips
-    assert last > first, f"syntax: {first:.3f} -> {last:.3f}"
