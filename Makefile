@@ -15,6 +15,9 @@ TORCH ?= torch==2.13.0
 EXTRAS ?= dev,sweeps,optuna,dashboard,ray
 ARGS ?=
 PYTEST_ARGS ?=
+# One pytest worker per core (pytest-xdist); a file's tests stay on one worker, so its module
+# fixtures (a training run shared by several tests) run once. PARALLEL= runs them in one process.
+PARALLEL ?= -n auto --dist loadfile
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
@@ -40,10 +43,10 @@ run: setup
 	$(BIN)/python run.py $(ARGS)
 
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PARALLEL) $(PYTEST_ARGS)
 
 test-slow: setup
-	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m slow $(PARALLEL) $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
