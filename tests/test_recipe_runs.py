@@ -8,7 +8,6 @@ the issue's goals the embedded model does not reach yet as strict expected failu
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.recipes import part_edges
 from grpo_exp.metrics import read_metrics
 from tests.conftest import ROOT
 
@@ -33,17 +33,6 @@ def run(out: Path, *overrides: str) -> dict:
 
 def alert_kinds(summary: dict) -> set[str]:
     return {a["kind"] for a in summary["alerts"]}
-
-
-def part_edges(out: Path) -> dict[str, tuple[float, float]]:
-    """Each reward part's mean over the first and last tenth of the steps it was scored."""
-    rows = read_metrics(out / "metrics.jsonl")
-    edges = {}
-    for key in {k for row in rows for k in row if k.startswith("rewards/") and k.endswith("/mean")}:
-        series = [r[key] for r in rows if isinstance(r.get(key), int | float) and math.isfinite(r[key])]
-        n = max(1, math.ceil(len(series) / 10))
-        edges[key.split("/")[1]] = (sum(series[:n]) / n, sum(series[-n:]) / n)
-    return edges
 
 
 def test_writing_without_the_recipe_is_cut_at_48_tokens_and_the_monitor_says_so(tmp_path):
@@ -79,7 +68,7 @@ def recipe_edges(tmp_path_factory):
         if recipe not in done:
             out = tmp_path_factory.mktemp(recipe)
             run(out, *RECIPES[recipe], "seed=42", "threads=1", "logger=none")  # benchmarks/recipes.py's runs
-            done[recipe] = part_edges(out)
+            done[recipe] = part_edges(read_metrics(out / "metrics.jsonl"))
         return done[recipe]
 
     return edges
