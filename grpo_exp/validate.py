@@ -161,6 +161,11 @@ def _check_model(cfg: ExperimentConfig) -> None:
                 f"model.recipe.answer_share ({recipe.answer_share}) + cover_share ({recipe.cover_share}) is over 1: "
                 "they are shares of the same customer-service replies; lower one of them"
             )
+        if recipe.writing_chars < 0:
+            raise UserError(
+                f"model.recipe.writing_chars is {recipe.writing_chars}: the length warm-up writing replies end "
+                "near, in characters; 0 keeps the passages as they are"
+            )
 
 
 def _check_hardware(cfg: ExperimentConfig) -> list[str]:

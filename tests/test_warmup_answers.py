@@ -1,4 +1,4 @@
-"""The warm-up's answer_share, cover_share and topic_share: customer-service replies that name the answers."""
+"""The warm-up corpus knobs: customer-service replies that name the answers, writing replies of the length asked for."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 from grpo_exp.config import TinyRecipe
 from grpo_exp.data import read_records, shipped_file
 from grpo_exp.errors import UserError
-from grpo_exp.models.warmup import FRAGMENTS, build_corpus
+from grpo_exp.models.warmup import FRAGMENTS, PASSAGES, build_corpus, sentences
 from grpo_exp.validate import validate
 
 ONLY_SERVICE = {"customer_service": 1.0}
-NEITHER = {"answer_share": 0.0, "cover_share": 0.0, "topic_share": 0.0}
+NEITHER = {"answer_share": 0.0, "cover_share": 0.0, "topic_share": 0.0, "writing_share": 0.0}
 
 
 def coverage(recipe: TinyRecipe) -> float:
@@ -73,3 +73,28 @@ def test_a_share_outside_zero_to_one_is_refused_before_the_model_loads(settings,
     key, value = override.split("=")
     with pytest.raises(UserError, match=rf"^{key} is {value}: a share of the warm-up replies, between 0 and 1$"):
         validate(settings(override))
+
+
+def writing(recipe: TinyRecipe) -> list[str]:
+    return [ex.reply for ex in build_corpus(recipe) if ex.scenario == "content_creation"]
+
+
+def test_fitted_writing_replies_end_near_the_length_asked_for_in_whole_sentences():
+    shipped = {s for p in read_records(shipped_file(PASSAGES)) for s in sentences(p["text"])}
+    replies = writing(TinyRecipe(corpus_size=400, writing_chars=150, writing_share=1.0))
+    errors = [abs(150 - len(reply)) for reply in replies]
+    assert sum(errors) / len(errors) < 6  # the passages as shipped miss by 36 on average
+    assert max(errors) < 30
+    for reply in replies:
+        assert set(sentences(reply)) <= shipped, reply
+
+
+def test_writing_share_sets_how_many_replies_are_fitted():
+    passages = {p["text"] for p in read_records(shipped_file(PASSAGES))}
+    replies = writing(TinyRecipe(corpus_size=1600, writing_chars=150, writing_share=0.5))
+    assert abs(sum(r not in passages for r in replies) / len(replies) - 0.5) < 0.08  # a few fit as shipped
+
+
+def test_a_negative_writing_length_is_refused_before_the_model_loads(settings):
+    with pytest.raises(UserError, match=r"^model.recipe.writing_chars is -5: .*0 keeps the passages as they are$"):
+        validate(settings("model.recipe.writing_chars=-5"))

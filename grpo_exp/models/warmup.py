@@ -11,7 +11,9 @@ has a difference to learn from:
   answer of the message's category with probability ``cover_share`` (a thorough reply), else it is
   any one solution of the message's category; with probability ``topic_share`` the opening restates
   the message's category before the solution;
-- content creation: the shipped passages, of varied length and keyword use;
+- content creation: the shipped passages, of varied length and keyword use; with probability
+  ``writing_share`` a passage is cut or filled out with other passages' sentences to end near
+  ``writing_chars`` characters, the length the requests ask for;
 - code generation: the reference solution with probability ``correct_share``, else a near-miss
   variant of it (``code_variants``), in a markdown code block.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +36,8 @@ PASSAGES = "warmup/content_creation_passages.jsonl"
 # Share of customer-service replies that carry a polite phrase (the article's tone reward).
 POLITE_SHARE = 0.3
 FORMAT_SLOTS = 3
+# Fillings tried per fitted writing reply; the one ending nearest the length asked for wins.
+FIT_TRIES = 8
 
 
 @dataclass(frozen=True)
@@ -105,12 +110,36 @@ def _content_creation(rng: random.Random, count: int, recipe: TinyRecipe) -> lis
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for request in requests:
         by_topic.setdefault(request["topic"], []).append(request)
+    pool = [s for p in passages for s in sentences(p["text"])]
     examples = []
     for _ in range(count):
         passage = rng.choice(passages)
         request = rng.choice(by_topic.get(passage["topic"]) or requests)  # a request on the passage's topic
-        examples.append(Example("content_creation", request["prompt"], passage["text"]))
+        text = passage["text"]
+        if recipe.writing_chars and rng.random() < recipe.writing_share:
+            text = _fitted(sentences(text), pool, recipe.writing_chars, rng)
+        examples.append(Example("content_creation", request["prompt"], text))
     return examples
+
+
+def sentences(text: str) -> list[str]:
+    """A passage's sentences, each with its closing punctuation."""
+    return re.findall(r"[^。！？]+[。！？”]*", text)
+
+
+def _fitted(opening: list[str], pool: list[str], chars: int, rng: random.Random) -> str:
+    """The passage cut or filled out with other passages' sentences, to end as near ``chars``
+    characters as whole sentences allow (the best of a few fillings)."""
+    best = ""
+    for _ in range(FIT_TRIES):
+        text = ""
+        for sentence in opening + rng.sample(pool, len(pool)):
+            if abs(chars - len(text) - len(sentence)) > abs(chars - len(text)):
+                break
+            text += sentence
+        if abs(chars - len(text)) < abs(chars - len(best)):
+            best = text
+    return best
 
 
 def _code_generation(rng: random.Random, count: int, recipe: TinyRecipe) -> list[Example]:
