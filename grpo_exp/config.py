@@ -69,8 +69,8 @@ class TinyRecipe:
     cover_share: float = 0.5
     topic_share: float = 1.0
     correct_share: float = 0.3
-    writing_chars: int = 0
-    writing_share: float = 0.0
+    writing_chars: int = 150
+    writing_share: float = 1.0
     seed: int = 0
 
 

@@ -54,9 +54,6 @@ RECIPES = {
     "content_creation": ("+recipe=content_creation", "optimizer.lr=1e-3"),  # as benchmarks/recipes.py runs it
     "code_generation": ("model=tiny_code", "+recipe=code_generation"),
 }
-# The issue's goals that the embedded model does not reach yet (strict: reaching one fails the test,
-# so its mark gets removed). Figures and causes: benchmarks/recipes.md.
-NOT_YET = pytest.mark.xfail(strict=True, reason="issue 12: not reached on the embedded model yet")
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +94,9 @@ def test_the_customer_service_bot_learns_the_required_answers(recipe_edges):  # 
 
 
 @pytest.mark.slow
-@NOT_YET
-def test_writing_reaches_the_target_length(recipe_edges):
-    assert recipe_edges("content_creation")["length"][1] >= -0.1
+def test_writing_reaches_the_target_length(recipe_edges):  # seed 42: -0.34 -> -0.08
+    first, last = recipe_edges("content_creation")["length"]
+    assert last >= -0.1, f"length: {first:.3f} -> {last:.3f}"
 
 
 @pytest.mark.slow
