@@ -35,7 +35,7 @@ from grpo_exp.metrics import read_metrics  # noqa: E402
 RECIPES: dict[str, list[str]] = {
     "default": [],
     "customer_service_bot": ["+recipe=customer_service_bot"],
-    "content_creation": ["+recipe=content_creation", "optimizer.lr=1e-3"],  # the recipe's note for this model
+    "content_creation": ["model=tiny_writing", "+recipe=content_creation", "optimizer.lr=1e-3"],  # the recipe's notes
     "code_generation": ["model=tiny_code", "+recipe=code_generation"],
 }
 EDGE_FRACTION = 0.1  # first and last tenth, as summary.json reads a run

@@ -70,7 +70,7 @@ class TinyRecipe:
     topic_share: float = 1.0
     correct_share: float = 0.3
     writing_chars: int = 150
-    writing_share: float = 1.0
+    writing_share: float = 0.0
     seed: int = 0
 
 

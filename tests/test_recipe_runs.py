@@ -51,7 +51,7 @@ def test_the_default_run_is_not_truncated_and_a_constant_part_is_named(tmp_path)
 
 RECIPES = {
     "customer_service_bot": ("+recipe=customer_service_bot",),
-    "content_creation": ("+recipe=content_creation", "optimizer.lr=1e-3"),  # as benchmarks/recipes.py runs it
+    "content_creation": ("model=tiny_writing", "+recipe=content_creation", "optimizer.lr=1e-3"),  # as benchmarks/recipes.py runs it
     "code_generation": ("model=tiny_code", "+recipe=code_generation"),
 }
 

@@ -116,7 +116,7 @@ def _content_creation(rng: random.Random, count: int, recipe: TinyRecipe) -> lis
         passage = rng.choice(passages)
         request = rng.choice(by_topic.get(passage["topic"]) or requests)  # a request on the passage's topic
         text = passage["text"]
-        if recipe.writing_chars and rng.random() < recipe.writing_share:
+        if recipe.writing_chars and recipe.writing_share and rng.random() < recipe.writing_share:
             text = _fitted(sentences(text), pool, recipe.writing_chars, rng)
         examples.append(Example("content_creation", request["prompt"], text))
     return examples
