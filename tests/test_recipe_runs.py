@@ -49,9 +49,9 @@ def test_the_default_run_is_not_truncated_and_a_constant_part_is_named(tmp_path)
     assert "truncated" not in kinds and "flat_part/format" not in kinds
 
 
-RECIPES = {
+RECIPES = {  # as benchmarks/recipes.py runs them
     "customer_service_bot": ("+recipe=customer_service_bot",),
-    "content_creation": ("model=tiny_writing", "+recipe=content_creation", "optimizer.lr=1e-3"),  # as benchmarks/recipes.py runs it
+    "content_creation": ("model=tiny_writing", "+recipe=content_creation", "optimizer.lr=1e-3"),
     "code_generation": ("model=tiny_code", "+recipe=code_generation"),
 }
 
