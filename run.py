@@ -5,7 +5,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from grpo_exp import cli
+from grpo_exp.job import command as cli
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")

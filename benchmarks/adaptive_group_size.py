@@ -89,9 +89,9 @@ def score_held_out(folder: Path, model_path: str | None, seed: int, samples: int
     import torch
 
     from grpo_exp import data, models
-    from grpo_exp.adaptive.profile import Sampler
-    from grpo_exp.resume import recorded_settings
+    from grpo_exp.job.resume import recorded_settings
     from grpo_exp.rewards.compose import build_rewards
+    from grpo_exp.training.profile import Sampler
 
     settings = recorded_settings(folder)
     rewards, weights = build_rewards(settings.reward)
@@ -106,7 +106,7 @@ def score_held_out(folder: Path, model_path: str | None, seed: int, samples: int
 def untrained(run: dict, samples: int) -> dict:
     """The same measurement for the model every arm starts from."""
     from grpo_exp import models
-    from grpo_exp.resume import recorded_settings
+    from grpo_exp.job.resume import recorded_settings
 
     folder = Path(run["folder"])
     start = models.model_path(recorded_settings(folder).model)
@@ -118,8 +118,8 @@ def held_out_reward(run: dict, samples: int) -> None:
     """Score the run's final model on the held-out prompts; adds its figures to ``run``.
 
     The score is kept in the job folder (``held_out.json``), so a second call reuses it."""
-    from grpo_exp.metrics import read_metrics
-    from grpo_exp.resume import recorded_settings
+    from grpo_exp.job.resume import recorded_settings
+    from grpo_exp.tracking.metrics import read_metrics
 
     folder = Path(run["folder"])
     cache = folder / f"held_out_{samples}.json"

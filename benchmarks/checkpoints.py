@@ -29,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grpo_exp import checkpoints  # noqa: E402
+from grpo_exp.folder import JobFolder  # noqa: E402
+from grpo_exp.training import checkpoints  # noqa: E402
 
 STEPS, EVERY = 12, 4
 # Qwen/Qwen2.5-0.5B-Instruct's config.json (the dimensions that decide the parameter count).
@@ -75,10 +76,10 @@ def _lines(path: Path) -> list[str]:
 def checkpoint_figures(job: Path) -> tuple[int, list[float]]:
     """Bytes of the latest checkpoint, and each checkpoint's write time in seconds."""
     times = []
-    for _, path in checkpoints.folders(job):
+    for _, path in JobFolder(job).checkpoints():
         mtimes = [p.stat().st_mtime for p in path.iterdir() if p.name != checkpoints.SEAL_FILE]
         times.append((path / checkpoints.SEAL_FILE).stat().st_mtime - min(mtimes))
-    latest = checkpoints.folders(job)[0][1]
+    latest = JobFolder(job).checkpoints()[0][1]
     size = sum(p.stat().st_size for p in latest.rglob("*") if p.is_file())
     return size, times
 

@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from grpo_exp.config import TinyRecipe  # noqa: E402
-from grpo_exp.data import read_records, shipped_file  # noqa: E402
+from grpo_exp.config.schema import TinyRecipe  # noqa: E402
 from grpo_exp.models.tiny import ensure_built  # noqa: E402
+from grpo_exp.shipped import read_records, shipped_file  # noqa: E402
 
 FORMAT = re.compile(r"^您好.+问题已解决.+$", re.DOTALL)
 

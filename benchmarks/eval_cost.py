@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grpo_exp.metrics import read_eval_metrics, read_metrics  # noqa: E402
+from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics  # noqa: E402
 
 VARIANTS = {
     "held-out evaluation (defaults)": [],

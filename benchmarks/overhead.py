@@ -70,9 +70,9 @@ def model_path(root: Path) -> str:
     """The cached tiny model the framework's default job uses (built on first call)."""
     code = (
         "from grpo_exp import models\n"
-        "from grpo_exp.cli import CONF_DIR\n"
-        "from grpo_exp.config import register_schema\n"
-        "from grpo_exp.settings import to_settings\n"
+        "from grpo_exp.job.command import CONF_DIR\n"
+        "from grpo_exp.config.schema import register_schema\n"
+        "from grpo_exp.config.loading import to_settings\n"
         "from hydra import compose, initialize_config_dir\n"
         "register_schema()\n"
         "with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):\n"

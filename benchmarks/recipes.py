@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grpo_exp.metrics import read_metrics  # noqa: E402
+from grpo_exp.tracking.metrics import read_metrics  # noqa: E402
 
 # recipe name -> the overrides that run it on the embedded model
 RECIPES: dict[str, list[str]] = {

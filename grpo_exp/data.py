@@ -14,13 +14,13 @@ import logging
 import math
 import random
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpo_exp.config import DatasetSettings
+from grpo_exp.config.schema import DatasetSettings
 from grpo_exp.errors import UserError
 from grpo_exp.registry import Registry
+from grpo_exp.shipped import read_records, shipped_file
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -32,11 +32,6 @@ log = logging.getLogger(__name__)
 PROMPT_NAMES = ("question", "instruction", "query", "input", "problem", "messages", "text")
 
 LOADERS: Registry[Callable[[DatasetSettings], Dataset]] = Registry("dataset.source")
-
-
-def shipped_file(name: str) -> Path:
-    """A data file shipped inside the package (prompts, warm-up fragments)."""
-    return Path(str(resources.files("grpo_exp") / "data" / name))
 
 
 def builtin_names() -> list[str]:
@@ -85,22 +80,6 @@ def _builtin_path(cfg: DatasetSettings) -> Path:
     if cfg.name not in builtin_names():
         raise UserError(f"no shipped dataset {cfg.name!r}; shipped: {', '.join(builtin_names())}")
     return shipped_file(f"{cfg.name}.jsonl")
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Records of a JSON array or JSON Lines file (the article's ``prompts.json`` may be either)."""
-    text = path.read_text(encoding="utf-8")
-    stripped = text.lstrip()
-    try:
-        if stripped.startswith("["):
-            records = json.loads(stripped)
-        else:
-            records = [json.loads(line) for line in stripped.splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path} is not valid JSON or JSON Lines ({exc.msg} at line {exc.lineno})") from None
-    if not all(isinstance(r, dict) for r in records):
-        raise UserError(f"{path} must hold JSON objects (records with a 'prompt' field)")
-    return records
 
 
 def check_dataset(cfg: DatasetSettings) -> set[str] | None:

@@ -1,4 +1,4 @@
-"""Generate grpo_exp/trl_schema.py, the ``grpo`` group's typed fields, from the installed TRL.
+"""Generate grpo_exp/config/trl_schema.py, the ``grpo`` group's typed fields, from the installed TRL.
 
 Run ``python -m grpo_exp.schema_gen`` after upgrading TRL; tests/test_trl_schema.py fails while
 the committed file and the installed TRL disagree. Reading the dataclasses means importing trl,
@@ -6,8 +6,8 @@ so this runs once, by hand, and the generated module is plain Python that import
 nor torch (config-only paths stay fast).
 
 Every field of ``GRPOConfig`` (TrainingArguments' included) becomes a field of the same name,
-type and default, except those another part of the config sets (``SET_ELSEWHERE``, mapped to the
-key a user should write instead) and those OmegaConf cannot express. String fields with a fixed
+type and default, except those another part of the config sets (``config.trl_map``, which maps
+them to the key a user should write instead) and those OmegaConf cannot express. String fields with a fixed
 set of values become enums, so the schema rejects a bad value with the list of good ones.
 """
 
@@ -24,28 +24,10 @@ import typing
 from pathlib import Path
 from typing import Any
 
-TARGET = Path(__file__).with_name("trl_schema.py")
+from grpo_exp.config.trl_map import SET_ELSEWHERE
 
-# GRPOConfig fields set from other config groups or derived by the job, and the key that sets them.
-SET_ELSEWHERE: dict[str, str] = {
-    "output_dir": "the job folder (hydra.run.dir)",
-    "seed": "seed",
-    "use_cpu": "device",
-    "report_to": "logger.backend",
-    "run_name": "logger.name",
-    "reward_weights": "reward.parts.<name>.weight",
-    "trust_remote_code": "model.trust_remote_code",
-    "model_init_kwargs": "model.*",
-    "learning_rate": "optimizer.lr",
-    "optim": "optimizer.name",
-    "weight_decay": "optimizer.weight_decay",
-    "warmup_steps": "optimizer.warmup_steps",
-    "lr_scheduler_type": "optimizer.scheduler",
-    "max_grad_norm": "optimizer.max_grad_norm",
-    "gradient_accumulation_steps": "optimizer.gradient_accumulation_steps",
-    "adam_beta1": "optimizer.adam_beta1",
-    "adam_beta2": "optimizer.adam_beta2",
-}
+TARGET = Path(__file__).with_name("config") / "trl_schema.py"
+
 
 # str fields whose valid values TRL lists only in its help text (checked against it by the drift test).
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -109,8 +91,6 @@ def render() -> str:
         lines.append(f"{name} = StrEnum({name!r}, {{v: v for v in {values!r}}})")
     lines += [
         "",
-        "# GRPOConfig fields another key sets: a user typing grpo.<field> is pointed there.",
-        f"SET_ELSEWHERE: dict[str, str] = {SET_ELSEWHERE!r}",
         "# GRPOConfig fields OmegaConf cannot type; not settable from the config.",
         f"NOT_EXPOSED: tuple[str, ...] = {tuple(skipped)!r}",
         "",

@@ -10,10 +10,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from grpo_exp.cli import CONF_DIR
-from grpo_exp.config import ExperimentConfig, register_schema
-from grpo_exp.monitor import Alert, HealthMonitor
-from grpo_exp.settings import to_settings
+from grpo_exp.config.loading import to_settings
+from grpo_exp.config.schema import ExperimentConfig, register_schema
+from grpo_exp.job.command import CONF_DIR
+from grpo_exp.tracking.monitor import Alert, HealthMonitor
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

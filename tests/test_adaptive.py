@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
-from grpo_exp.adaptive import checks
-from grpo_exp.adaptive.choice import choose, mixed_share
-from grpo_exp.adaptive.stages import PROFILES_FILE
+from grpo_exp.config import checks
+from grpo_exp.config.spec import build_spec
 from grpo_exp.errors import UserError
-from grpo_exp.metrics import read_eval_metrics, read_metrics
-from grpo_exp.validate import validate
+from grpo_exp.folder import PROFILES_FILE
+from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics
+from grpo_exp.training.group_choice import choose, mixed_share
 from tests.conftest import ROOT
 from tests.test_cli import run_py
 from tests.wandb_records import read_run
@@ -62,10 +64,12 @@ def test_dropping_keeps_enough_prompts_for_a_step():
 
 
 def test_group_sizes_keep_whole_groups(settings):
-    assert checks.allowed_groups(settings("adaptive.enabled=true")) == SIZES  # hold_fixed=prompts: any size
+    assert (
+        checks.allowed_groups(settings("adaptive.enabled=true"), processes=1) == SIZES
+    )  # hold_fixed=prompts: any size
     fixed = settings("adaptive.enabled=true", "grpo.hold_fixed=completions", "grpo.completions_per_step=24")
-    assert checks.allowed_groups(fixed) == [4, 6, 8, 12]
-    stage = checks.with_group(fixed, 6)
+    assert checks.allowed_groups(fixed, processes=1) == [4, 6, 8, 12]
+    stage = checks.with_group(fixed, 6, processes=1)
     assert stage.grpo.num_generations == 6 and stage.grpo.per_device_train_batch_size == 24
     assert fixed.grpo.num_generations == 6 and stage.grpo is not fixed.grpo  # the job's settings stay as they are
 
@@ -86,7 +90,7 @@ def test_group_sizes_keep_whole_groups(settings):
 def test_bad_adaptive_settings_fail_in_one_line(settings, override, message):
     extra = ("grpo.hold_fixed=completions", "grpo.completions_per_step=14") if "4..5" in message else ()
     with pytest.raises(UserError) as error:
-        validate(settings("adaptive.enabled=true", *extra, override))
+        build_spec(settings("adaptive.enabled=true", *extra, override))
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
@@ -144,3 +148,50 @@ def test_adaptive_run_changes_its_group_size_and_continues_weights_and_optimizer
     assert {int(s["step"]) for s in optimizer["state"].values()} == {4}
     state = json.loads((job / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["train_batch_size"] == 2 * profiles[-1]["num_generations"]  # prompts_per_step x the stage's group
+
+
+def test_adaptive_run_stopped_mid_stage_resumes_in_that_stage_with_every_step_once(tmp_path):
+    """Ctrl-C inside the second of three stages, then resume=: the stage goes on with the group size and prompts
+    its profile chose (no second profile at the stop), the third stage is profiled as usual, every step is in
+    metrics.jsonl once, and both processes log to one W&B run."""
+    from grpo_exp.training import checkpoints
+    from tests.test_long_runs import last_step, run, start, wait_for
+
+    job = tmp_path / "job"
+    process = start(
+        "logger.mode=offline",
+        "save_model=false",
+        "grpo.max_steps=9",
+        "grpo.num_generations=4",
+        "adaptive.enabled=true",
+        "adaptive.interval=3",
+        "adaptive.profile_prompts=8",
+        "adaptive.max_generations=8",
+        "adaptive.target_mixed_share=0.9",  # groups of 4 can't reach it: the first profile changes the size
+        f"hydra.run.dir={job}",
+    )
+    wait_for(lambda: last_step(job) >= 4, process)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=600)
+    assert process.returncode == 130, err[-3000:]
+    stopped = checkpoints.latest(job)
+    assert stopped is not None and 3 < stopped.step < 6, "the stop must land inside the second stage"
+    assert f"resume with: python run.py resume={job}" in err
+    first_id = json.loads((job / "run_info.json").read_text())["wandb"]["id"]
+
+    resumed = run(f"resume={job}")
+
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    profiles = [json.loads(line) for line in (job / PROFILES_FILE).read_text().splitlines()]
+    assert [p["step"] for p in profiles] == [0, 3, 6]
+    assert f"adaptive, step {stopped.step}" not in resumed.stderr  # the stopped stage was not profiled again
+    rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in read_metrics(job / "metrics.jsonl")] == list(range(1, 10))
+    logged = [(r["step"], r["adaptive/num_generations"]) for r in rows if "adaptive/num_generations" in r]
+    assert logged == [(p["step"], p["num_generations"]) for p in profiles]
+    end_of_stage_2 = json.loads((job / "checkpoint-6" / "trainer_state.json").read_text())
+    assert end_of_stage_2["train_batch_size"] == 2 * profiles[1]["num_generations"]  # the stage's own group
+    info = json.loads((job / "run_info.json").read_text())
+    assert info["wandb"]["id"] == first_id and [r["from_step"] for r in info["resumes"]] == [stopped.step]
+    runs = sorted(job.glob("wandb/offline-run-*"))
+    assert len(runs) == 2 and {path.name.rsplit("-", 1)[1] for path in runs} == {first_id}

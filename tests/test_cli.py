@@ -103,7 +103,7 @@ BAD_INPUTS = [
 # printing exit code, stderr and whether torch/trl were imported, per case.
 BATCH_PROBE = """
 import contextlib, io, json, shlex, sys
-from grpo_exp import cli
+from grpo_exp.job import command as cli
 results = []
 for line in json.loads(sys.argv[1]):
     err = io.StringIO()

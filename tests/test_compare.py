@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp.metrics import summarize, summarize_eval
 from grpo_exp.report.compare import main, write_report
 from grpo_exp.report.sweep import GROUP_SIZE_KEY, LR_KEY, MAX_GRID_VALUES, load_sweep, objective_grid
+from grpo_exp.tracking.metrics import summarize, summarize_eval
 from tests.conftest import ROOT
 
 STEPS = 20

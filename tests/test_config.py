@@ -7,10 +7,10 @@ import importlib.util
 import pytest
 
 from grpo_exp import hardware
-from grpo_exp.cli import CONF_DIR
-from grpo_exp.config import ExperimentConfig
+from grpo_exp.config.schema import ExperimentConfig
+from grpo_exp.config.spec import build_spec
 from grpo_exp.errors import UserError
-from grpo_exp.validate import validate
+from grpo_exp.job.command import CONF_DIR
 from tests.conftest import FIXTURES, ROOT
 
 # Options that need one more value to be complete, as a user would give it.
@@ -42,7 +42,7 @@ def test_every_option_composes_and_validates(settings, option):
     assert isinstance(cfg, ExperimentConfig)
     if cfg.model.quantization.load_in_4bit and not hardware.cuda_available():
         pytest.skip("4-bit needs a GPU")
-    validate(cfg)
+    build_spec(cfg)
 
 
 def test_defaults_are_the_tiny_model_on_customer_service(settings):
@@ -78,7 +78,7 @@ def test_real_models_keep_the_articles_learning_rate(settings):
     ],
 )
 def test_config_mistakes_are_one_line(override, message):
-    from grpo_exp.preflight import check_command
+    from grpo_exp.job.preflight import check_command
 
     with pytest.raises(UserError) as err:
         check_command(CONF_DIR, "config", [override], multirun=False)
@@ -88,7 +88,7 @@ def test_config_mistakes_are_one_line(override, message):
 
 @pytest.mark.parametrize("sweep", sorted(p.stem for p in (CONF_DIR / "sweep").glob("*.yaml")))
 def test_every_sweep_preset_expands_into_valid_jobs(sweep):
-    from grpo_exp.preflight import check_command, job_overrides
+    from grpo_exp.job.preflight import check_command, job_overrides
 
     plugin = NEEDS_PLUGIN.get(f"sweep/{sweep}")
     if plugin and not importlib.util.find_spec(plugin):
@@ -105,7 +105,7 @@ def test_every_sweep_preset_expands_into_valid_jobs(sweep):
 def test_wandb_sweep_calls_run_py_with_valid_overrides():
     import yaml
 
-    from grpo_exp.preflight import check_command
+    from grpo_exp.job.preflight import check_command
 
     spec = yaml.safe_load((ROOT / "sweeps" / "wandb" / "group_size_lr.yaml").read_text())
     assert spec["program"] == "run.py" and "${args_no_hyphens}" in spec["command"]

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from grpo_exp.config import DatasetSettings, TinyRecipe
+from grpo_exp.config.schema import DatasetSettings, TinyRecipe
 from grpo_exp.data import builtin_names, load_prompts
 from grpo_exp.errors import UserError
 from grpo_exp.models.tiny import train_tokenizer

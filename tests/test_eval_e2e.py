@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp.metrics import read_eval_metrics, read_metrics
+from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics
 from tests.test_train_e2e import run_training
 from tests.wandb_records import read_run
 

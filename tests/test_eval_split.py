@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from grpo_exp.config import DatasetSettings, TinyRecipe
+from grpo_exp.config.schema import DatasetSettings, TinyRecipe
 from grpo_exp.data import check_dataset, load_splits, prompt_key
 from grpo_exp.errors import UserError
 from grpo_exp.models.tiny import train_tokenizer
@@ -87,10 +87,10 @@ def test_a_bad_eval_file_fails_before_the_model_loads(tmp_path):
 
 
 def test_the_fraction_must_leave_prompts_to_train_on(settings):
-    from grpo_exp.validate import validate
+    from grpo_exp.config.spec import build_spec
 
     with pytest.raises(UserError, match=r"dataset.eval_fraction=1.0 is out of range: it must lie in \[0, 1\)"):
-        validate(settings("dataset.eval_fraction=1.0"))
+        build_spec(settings("dataset.eval_fraction=1.0"))
     assert settings().dataset.eval_fraction == 0.1  # shipped default, documented in conf/dataset/
 
 
@@ -102,8 +102,8 @@ EVAL_BATCHES = [(26, 2, 24, 26), (23, 2, 24, 46), (100, 6, 24, 24), (7, 4, 8, 4)
 @pytest.mark.parametrize(("prompts", "group", "configured", "expected"), EVAL_BATCHES)
 def test_evaluation_batches_hold_whole_groups_and_weigh_alike(settings, prompts, group, configured, expected):
     """TRL's eval/reward is a mean of batch means: equal batches make it the mean over every completion."""
-    from grpo_exp.batch import eval_batch
+    from grpo_exp.config.batch import eval_batch
 
     cfg = settings(f"grpo.num_generations_eval={group}", f"grpo.per_device_eval_batch_size={configured}")
-    size = eval_batch(cfg, prompts)
+    size = eval_batch(cfg, prompts, processes=1)
     assert size == expected and size % group == 0 and (prompts * group) % size == 0

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp import checkpoints
-from grpo_exp.metrics import read_metrics
-from grpo_exp.wandb_offline import history_step, item_key, records
+from grpo_exp.tracking.metrics import read_metrics
+from grpo_exp.tracking.wandb_offline import history_step, item_key, records
+from grpo_exp.training import checkpoints
 from tests.conftest import ROOT
 from tests.wandb_records import read_run
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_exp.config import MonitorSettings
-from grpo_exp.monitor import HealthMonitor
+from grpo_exp.config.schema import MonitorSettings
+from grpo_exp.tracking.monitor import HealthMonitor
 
 
 def run(steps: int, window: int = 10) -> list[str]:

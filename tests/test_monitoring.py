@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from grpo_exp import tracking
-from grpo_exp.config import LoggerSettings, MonitorSettings
-from grpo_exp.metrics import append_metrics, read_metrics, summarize
-from grpo_exp.monitor import HealthMonitor
+from grpo_exp.config.schema import LoggerSettings, MonitorSettings
+from grpo_exp.folder import append_line
+from grpo_exp.tracking import wandb_run as tracking
+from grpo_exp.tracking.metrics import metrics_row, read_metrics, summarize
+from grpo_exp.tracking.monitor import HealthMonitor
 from tests.conftest import feed
 
 WINDOW = 4
@@ -61,8 +62,10 @@ def test_weak_improvement_at_the_end():
 def test_summary_uses_first_and_last_tenth_and_counts_kl_excursions(tmp_path):
     path = tmp_path / "metrics.jsonl"
     for step in range(1, 21):
-        append_metrics(path, step, {"reward": step / 20, "reward_std": 0.2, "kl": 0.05 * step, "note": "text"})
-    append_metrics(path, 20, {"train_runtime": 12.0})  # the trainer's closing log, no reward
+        append_line(
+            path, metrics_row(step, {"reward": step / 20, "reward_std": 0.2, "kl": 0.05 * step, "note": "text"})
+        )
+    append_line(path, metrics_row(20, {"train_runtime": 12.0}))  # the trainer's closing log, no reward
     with path.open("a") as handle:
         handle.write('{"step": 21, "rew')  # a line cut short by a killed job
     rows = read_metrics(path)
@@ -106,7 +109,7 @@ def test_a_nan_loss_stops_the_job_after_recording_the_step(tmp_path):
     from types import SimpleNamespace
 
     from grpo_exp.errors import UserError
-    from grpo_exp.trainer_callbacks import JobCallback
+    from grpo_exp.training.callbacks import JobCallback
 
     callback = JobCallback(tmp_path / "metrics.jsonl", HealthMonitor(MonitorSettings()), run=None)
     state = SimpleNamespace(is_world_process_zero=True, global_step=7)

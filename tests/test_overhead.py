@@ -8,14 +8,14 @@ import subprocess
 import sys
 
 from grpo_exp import models
-from grpo_exp.metrics import read_metrics
-from grpo_exp.tracking import system_stats
+from grpo_exp.tracking.metrics import read_metrics
+from grpo_exp.tracking.wandb_run import system_stats
 from tests.conftest import ROOT
 
 STEPS = 3
 SANDBOX_PROBE = (
     "import sys\n"
-    "from grpo_exp.cli import preflight\n"
+    "from grpo_exp.job.command import preflight\n"
     "preflight(sys.argv[1:])\n"
     "print('SANDBOX=' + ','.join(m for m in sys.modules if m.startswith('grpo_exp.sandbox')))\n"
 )
@@ -69,10 +69,8 @@ def test_checking_a_job_leaves_the_code_sandbox_unloaded():
 def test_wandb_samples_system_stats_only_with_a_gpu_or_when_asked(monkeypatch):
     monkeypatch.delenv("WANDB_X_DISABLE_STATS", raising=False)
     monkeypatch.delenv("WANDB__DISABLE_STATS", raising=False)
-    monkeypatch.setattr("grpo_exp.hardware.cuda_available", lambda: False)
-    assert system_stats() == {"x_disable_stats": True}
+    assert system_stats(gpu=False) == {"x_disable_stats": True}
     monkeypatch.setenv("WANDB_X_DISABLE_STATS", "false")
-    assert system_stats() == {}
+    assert system_stats(gpu=False) == {}
     monkeypatch.delenv("WANDB_X_DISABLE_STATS")
-    monkeypatch.setattr("grpo_exp.hardware.cuda_available", lambda: True)
-    assert system_stats() == {}
+    assert system_stats(gpu=True) == {}

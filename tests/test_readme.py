@@ -4,6 +4,11 @@ Commands that need a GPU, a model or dataset hub, or a W&B server are listed in 
 the reason; a README command that is neither run nor listed fails the test, and so does a listed
 one that left the README. The fast tier checks every job of every command the way run.py does
 before training (composed, validated, rewards built); the slow tier runs them all, one step each.
+
+Commands written inline, in tables and prose (`` `python run.py --help` ``, `` `make run ARGS="…"` ``),
+are checked too: each ``python run.py`` one (and ``make run ARGS=…``) is preflighted with the block
+commands unless it holds a placeholder (``…``, ``<sweep folder>``); every ``python -m grpo_exp.<module>``
+named anywhere must be runnable with ``-m``, and every ``make <target>`` must be a Makefile target.
 """
 
 from __future__ import annotations
@@ -51,6 +56,38 @@ def readme_commands() -> list[str]:
     return [shlex.join(shlex.split(line, comments=True)) for line in lines if shlex.split(line, comments=True)]
 
 
+# A backtick span in prose may hold several commands (`source .venv/bin/activate && python run.py …`).
+INLINE_KINDS = ("python run.py", "python -m ", "make ")
+PLACEHOLDER = re.compile(r"…|<[^>]*>")
+
+
+def inline_commands() -> list[str]:
+    """The commands in the README's backtick spans: prose and tables, and comments in code blocks."""
+    text = README.read_text(encoding="utf-8")
+    blocks = re.findall(r"```\w*\n(.*?)```", text, flags=re.DOTALL)
+    prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    spans = [" ".join(span.split()) for part in [prose, *blocks] for span in re.findall(r"`([^`]+)`", part)]
+    parts = [part.strip() for span in spans for part in re.split(r"&&|;|\|", span)]
+    return list(dict.fromkeys(part for part in parts if part.startswith(INLINE_KINDS)))
+
+
+def as_run_py(command: str) -> str:
+    """``make run ARGS="…"`` is ``python run.py …``; any other command is itself."""
+    words = shlex.split(command)
+    if words[:2] == ["make", "run"]:
+        args = [w.removeprefix("ARGS=") for w in words[2:] if w.startswith("ARGS=")]
+        return shlex.join(["python", "run.py", *shlex.split(" ".join(args))])
+    return command
+
+
+def inline_runnable() -> list[str]:
+    """The inline run.py commands the fast tier preflights (not those in the code blocks already)."""
+    commands = [as_run_py(c) for c in inline_commands() if not PLACEHOLDER.search(c)]
+    block = set(readme_commands())
+    runs = [c for c in commands if c.startswith("python run.py") and skip_reason(c) is None and c not in block]
+    return list(dict.fromkeys(runs))
+
+
 def skip_reason(command: str) -> str | None:
     return next((why for start, why in SKIPPED.items() if command.startswith(start)), None)
 
@@ -82,14 +119,14 @@ def recorded_run(job: Path) -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from grpo_exp.config import CONF_DIR, register_schema
-    from grpo_exp.settings import to_settings
-    from grpo_exp.validate import validate
+    from grpo_exp.config.loading import to_settings
+    from grpo_exp.config.schema import CONF_DIR, register_schema
+    from grpo_exp.config.spec import build_spec
 
     register_schema()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         settings = to_settings(compose(config_name="config", overrides=["hydra.run.dir=outputs/long"]))
-    validate(settings)
+    build_spec(settings)
     job.mkdir(parents=True)
     (job / "config.yaml").write_text(OmegaConf.to_yaml(dataclasses.asdict(settings)), encoding="utf-8")
 
@@ -116,7 +153,7 @@ def test_every_readme_command_is_run_or_skipped_with_a_reason():
 # Checks each command as run.py does before Hydra starts, all in one process.
 PREFLIGHT_PROBE = """
 import contextlib, io, json, sys
-from grpo_exp import cli
+from grpo_exp.job import command as cli
 results = []
 for args in json.loads(sys.argv[1]):
     err = io.StringIO()
@@ -134,7 +171,7 @@ print(json.dumps(results))
 def test_every_job_of_every_readme_command_is_valid(tmp_path):
     """The sweeps included (the group-size examples used to stop on a batch-size error)."""
     user_files(tmp_path)
-    commands = [c for c in runnable() if c.startswith("python run.py")]
+    commands = [c for c in runnable() if c.startswith("python run.py")] + inline_runnable()
     args = [argv(c)[2:] for c in commands]
     done = subprocess.run(
         [sys.executable, "-c", PREFLIGHT_PROBE, json.dumps(args)],
@@ -148,6 +185,40 @@ def test_every_job_of_every_readme_command_is_valid(tmp_path):
     results = json.loads(done.stdout.splitlines()[-1])
     failures = [(c, r) for c, r in zip(commands, results, strict=True) if r["code"] or r["stderr"].strip()]
     assert failures == []
+
+
+def makefile_targets() -> set[str]:
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    rules = re.findall(r"^([^\s#=:][^#=:]*?)\s*::?(?!=)", text, flags=re.MULTILINE)
+    return {target for rule in rules for target in rule.split()}
+
+
+def test_readme_finds_its_inline_commands():
+    inline = inline_commands()
+    assert "python run.py --help" in inline  # the performance table
+    assert any(c.startswith("python -m grpo_exp.report ") for c in inline)  # prose and the SLURM/Ray table
+    assert "python run.py reward=customer_service_multi grpo.max_steps=300" in inline_runnable()  # make run ARGS=…
+    assert {"run", "test", "lint"} <= makefile_targets()
+
+
+def test_every_module_and_make_target_the_readme_names_exists():
+    """`python -m grpo_exp.compare` in the SLURM/Ray table named a module that never existed."""
+    import importlib.util
+
+    text = README.read_text(encoding="utf-8")
+    modules = sorted(set(re.findall(r"python -m (grpo_exp(?:\.\w+)*)", text)))
+    assert "grpo_exp.report" in modules
+
+    def runs_with_dash_m(name: str) -> bool:
+        spec = importlib.util.find_spec(name)
+        return spec is not None and (
+            spec.submodule_search_locations is None or importlib.util.find_spec(f"{name}.__main__") is not None
+        )
+
+    assert [m for m in modules if not runs_with_dash_m(m)] == []
+    makes = [c for c in readme_commands() + inline_commands() if c.startswith("make ")]
+    targets = {w for c in makes for w in shlex.split(c)[1:] if "=" not in w and not w.startswith("-")}
+    assert sorted(targets - makefile_targets()) == []
 
 
 def run_command(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:

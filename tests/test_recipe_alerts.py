@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_exp.config import MonitorSettings, RewardPart, RewardSettings
-from grpo_exp.monitor import HealthMonitor
+from grpo_exp.config.schema import MonitorSettings, RewardPart, RewardSettings
 from grpo_exp.rewards.compose import build_rewards, group_std
+from grpo_exp.tracking.monitor import HealthMonitor
 from tests.conftest import feed
 
 WINDOW = 4

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.recipes import part_edges
-from grpo_exp.metrics import read_metrics
+from grpo_exp.tracking.metrics import read_metrics
 from tests.conftest import ROOT
 
 SHORT = ("grpo.max_steps=10", "monitor.window=5", "logger=none")

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp import checkpoints, resume
-from grpo_exp.config import MonitorSettings
+from grpo_exp.config.schema import MonitorSettings
 from grpo_exp.errors import UserError
-from grpo_exp.monitor import HealthMonitor
-from grpo_exp.outcome import format_outcome
-from grpo_exp.stops import StopRequest
+from grpo_exp.job import resume
+from grpo_exp.tracking.monitor import HealthMonitor
+from grpo_exp.tracking.outcome import format_outcome
+from grpo_exp.training import checkpoints
+from grpo_exp.training.stops import StopRequest
 from tests.conftest import ROOT
 
 
@@ -175,11 +176,3 @@ def test_a_fresh_run_refuses_a_folder_that_holds_a_run(tmp_path):
     assert result.returncode == 2
     assert f"{job} already holds a run; continue it with resume={job}" in result.stderr
     assert (job / "metrics.jsonl").read_text() == '{"step": 1, "reward": 0.1}\n', "nothing written is lost"
-
-
-def test_a_stopped_adaptive_run_is_not_offered_a_resume_it_would_refuse(compose_cfg, tmp_path):
-    """Adaptive runs refuse resume= (grpo_exp.adaptive.checks), so the stop message must not offer it."""
-    from grpo_exp.cli import continuation
-
-    said = continuation(compose_cfg("adaptive.enabled=true"), tmp_path)
-    assert "can't be resumed yet" in said and str(tmp_path) in said and "resume=" not in said

@@ -7,8 +7,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from grpo_exp.cache import CACHE_ENV
-from grpo_exp.config import SCHEMA_SOURCES, ExperimentConfig
-from grpo_exp.schema_cache import cache_key, schema_node
+from grpo_exp.config.schema import SCHEMA_SOURCES, ExperimentConfig
+from grpo_exp.config.schema_cache import cache_key, schema_node
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from grpo_exp.errors import UserError
-from grpo_exp.metrics import read_metrics
 from grpo_exp.rewards.compose import build_rewards
 from grpo_exp.rewards.stages import STAGE_METRIC
+from grpo_exp.tracking.metrics import read_metrics
 from tests.conftest import ROOT
 
 STAGED = (

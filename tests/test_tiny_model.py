@@ -10,11 +10,11 @@ import re
 import pytest
 
 from grpo_exp.cache import CACHE_ENV
-from grpo_exp.config import TinyRecipe
-from grpo_exp.data import read_records, shipped_file
+from grpo_exp.config.schema import TinyRecipe
 from grpo_exp.models import tiny
 from grpo_exp.models.code_variants import wrong_variant
 from grpo_exp.models.warmup import build_corpus
+from grpo_exp.shipped import read_records, shipped_file
 
 # A recipe small enough to build in a second or two.
 SMALL = TinyRecipe(

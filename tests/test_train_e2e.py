@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp.metrics import read_metrics
+from grpo_exp.tracking.metrics import read_metrics
 from tests.conftest import ROOT
 
 STEPS = 40

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from grpo_exp import schema_gen
-from grpo_exp.config import ExperimentConfig
-from grpo_exp.trl_schema import SET_ELSEWHERE, TrlGrpoFields
+from grpo_exp.config.schema import ExperimentConfig
+from grpo_exp.config.trl_map import SET_ELSEWHERE
+from grpo_exp.config.trl_schema import TrlGrpoFields
 
 
 def test_generated_schema_matches_the_installed_trl():
@@ -24,7 +25,7 @@ def test_every_grpo_config_field_is_settable_or_pointed_elsewhere():
 
     exposed = {f.name for f in dataclasses.fields(TrlGrpoFields)} | set(SET_ELSEWHERE)
     trl_fields = {f.name for f in dataclasses.fields(GRPOConfig) if f.init and not f.name.startswith("_")}
-    from grpo_exp.trl_schema import NOT_EXPOSED
+    from grpo_exp.config.trl_schema import NOT_EXPOSED
 
     assert trl_fields - exposed == set(NOT_EXPOSED)
 
@@ -41,30 +42,37 @@ def test_hand_kept_choices_are_the_ones_trl_documents(name):
 
 def test_trl_accepts_our_grpo_defaults(settings, tmp_path: Path):
     """The whole grpo group, as composed by default, builds a GRPOConfig (no field TRL refuses)."""
-    from grpo_exp.train import grpo_config
-    from grpo_exp.validate import validate
+    from grpo_exp.config.layout import Layout
+    from grpo_exp.config.spec import build_spec
+    from grpo_exp.training.trainer import grpo_config
 
+    cpu = Layout(gpu=False, bf16=False, processes=1, rank=0)
     cfg: ExperimentConfig = settings("grpo.top_k=5", "grpo.epsilon_high=0.28", "grpo.save_total_limit=2")
-    checked = validate(cfg)
-    args = grpo_config(cfg, tmp_path, checked.weights, gpu=False, report_to_wandb=False)
+    checked = build_spec(cfg)
+    args = grpo_config(cfg, cpu, tmp_path, list(checked.weights), report_to_wandb=False)
     assert (args.top_k, args.epsilon_high, args.save_total_limit) == (5, 0.28, 2)
     assert args.per_device_train_batch_size == 12 and args.num_generations == 6
     assert args.learning_rate == cfg.optimizer.lr and not args.bf16
     assert (args.save_strategy, args.save_steps) == ("steps", cfg.grpo.save_steps)  # checkpoints on by default
     no_checkpoints = settings("grpo.save_steps=0")
-    validate(no_checkpoints)
-    off = grpo_config(no_checkpoints, tmp_path, checked.weights, gpu=False, report_to_wandb=False)
+    build_spec(no_checkpoints)
+    off = grpo_config(no_checkpoints, cpu, tmp_path, list(checked.weights), report_to_wandb=False)
     assert off.save_strategy == "no"
 
 
 def test_options_that_were_never_mapped_reach_the_trainer(settings, tmp_path: Path):
     """Built by build_trainer on the tiny model as a job does, then read back from the trainer."""
-    from grpo_exp.monitor import HealthMonitor
-    from grpo_exp.train import build_trainer
-    from grpo_exp.validate import validate
+    from grpo_exp.config.spec import build_spec
+    from grpo_exp.folder import JobFolder
+    from grpo_exp.tracking.monitor import HealthMonitor
+    from grpo_exp.training.schedule import Stage
+    from grpo_exp.training.stops import StopRequest
+    from grpo_exp.training.trainer import build_trainer
 
     cfg = settings("grpo.top_k=5", "grpo.epsilon_high=0.28", "grpo.repetition_penalty=1.1", "logger=none")
-    trainer = build_trainer(cfg, tmp_path, HealthMonitor(cfg.monitor), validate(cfg))
+    spec = build_spec(cfg)
+    stage = Stage(spec.settings, resume_from=None, final=True)
+    trainer = build_trainer(spec, stage, JobFolder(tmp_path), HealthMonitor(cfg.monitor), StopRequest(), tracked=False)
     assert (trainer.args.top_k, trainer.args.epsilon_high, trainer.args.repetition_penalty) == (5, 0.28, 1.1)
     assert trainer.top_k == 5 and trainer.epsilon_high == 0.28
     assert trainer.generation_config.top_k == 5

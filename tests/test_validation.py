@@ -7,21 +7,21 @@ import json
 import pytest
 
 from grpo_exp import hardware
+from grpo_exp.config.spec import build_spec
 from grpo_exp.errors import UserError
-from grpo_exp.validate import validate
 
 
 def fails(settings, *overrides: str) -> str:
     with pytest.raises(UserError) as err:
-        validate(settings(*overrides))
+        build_spec(settings(*overrides))
     message = str(err.value)
     assert "\n" not in message
     return message
 
 
 def test_defaults_are_valid_and_quiet(settings):
-    checked = validate(settings())
-    assert checked.warnings == [] and [r.__name__ for r in checked.rewards] == ["format"]
+    checked = build_spec(settings())
+    assert checked.warnings == () and [r.__name__ for r in checked.rewards] == ["format"]
 
 
 def test_batch_not_a_multiple_of_the_group_says_which_values_work(settings):
@@ -35,13 +35,13 @@ def test_batch_not_a_multiple_of_the_group_says_which_values_work(settings):
 @pytest.mark.parametrize("group", [2, 4, 5, 6, 8])
 def test_any_group_size_gets_whole_groups_by_default(settings, group):
     cfg = settings(f"grpo.num_generations={group}")
-    validate(cfg)
+    build_spec(cfg)
     assert cfg.grpo.per_device_train_batch_size == cfg.grpo.prompts_per_step * group
 
 
 def test_hold_fixed_completions_and_none(settings):
     cfg = settings("grpo.hold_fixed=completions", "grpo.num_generations=4")
-    validate(cfg)
+    build_spec(cfg)
     assert cfg.grpo.per_device_train_batch_size == 12
     assert "group sizes that fit: 2, 3, 4, 6, 12" in fails(
         settings, "grpo.hold_fixed=completions", "grpo.num_generations=5"
@@ -50,8 +50,8 @@ def test_hold_fixed_completions_and_none(settings):
 
 
 def test_gradient_accumulation_counts_towards_the_generation_batch(settings):
-    checked = validate(settings("grpo.per_device_train_batch_size=3", "optimizer.gradient_accumulation_steps=2"))
-    assert checked.warnings == []
+    checked = build_spec(settings("grpo.per_device_train_batch_size=3", "optimizer.gradient_accumulation_steps=2"))
+    assert checked.warnings == ()
     message = fails(settings, "grpo.per_device_train_batch_size=4", "optimizer.gradient_accumulation_steps=2")
     assert "holds 8 completions" in message and "grpo.per_device_train_batch_size=3 or 6 or 9" in message
 
@@ -61,13 +61,13 @@ def test_group_of_one_is_an_error(settings):
 
 
 def test_small_group_warns_with_the_articles_reason(settings):
-    warnings = validate(settings("grpo.num_generations=3")).warnings
+    warnings = build_spec(settings("grpo.num_generations=3")).warnings
     assert len(warnings) == 1 and "below 4" in warnings[0] and "diversity" in warnings[0]
 
 
 def test_vllm_on_cpu_warns_and_4bit_on_cpu_fails(settings, monkeypatch):
     monkeypatch.setattr(hardware, "cuda_available", lambda: False)
-    assert "generating with transformers on this CPU" in validate(settings("grpo.use_vllm=true")).warnings[0]
+    assert "generating with transformers on this CPU" in build_spec(settings("grpo.use_vllm=true")).warnings[0]
     assert "needs a CUDA GPU" in fails(settings, "model.quantization.load_in_4bit=true")
     assert "no CUDA GPU is visible" in fails(settings, "device=cuda")
 
@@ -96,7 +96,7 @@ def test_records_without_prompt_name_the_fields_found(settings, tmp_path):
     message = fails(settings, "dataset=json", f"dataset.path={data}")
     assert "no 'prompt' field (fields found: ['answer', 'question'])" in message
     assert "dataset.prompt_field=" in message
-    validate(settings("dataset=json", f"dataset.path={data}", "dataset.prompt_field=question"))
+    build_spec(settings("dataset=json", f"dataset.path={data}", "dataset.prompt_field=question"))
 
 
 def test_broken_json_is_reported_with_its_line(settings, tmp_path):
@@ -132,7 +132,7 @@ def test_out_of_range_values(settings, override, message):
 def test_every_range_names_a_real_key(settings):
     from operator import attrgetter
 
-    from grpo_exp.validate import RANGES
+    from grpo_exp.config.checks import RANGES
 
     cfg = settings()
     for key in RANGES:
@@ -150,7 +150,7 @@ def test_reward_columns_are_checked_against_the_data(settings, tmp_path):
     overrides = ("reward=custom", f"reward.parts.main.fn={rewards}:f", "dataset=json", f"dataset.path={data}")
     assert "needs the column 'answer'" in fails(settings, *overrides)
     data.write_text(json.dumps([{"prompt": "p", "answer": "s"}]))
-    assert validate(settings(*overrides)).rewards[0].__name__ == "main"
+    assert build_spec(settings(*overrides)).rewards[0].__name__ == "main"
 
 
 def test_prompt_field_hint_picks_the_prompt_like_field(settings, tmp_path):

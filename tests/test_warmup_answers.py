@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from grpo_exp.config import TinyRecipe
-from grpo_exp.data import read_records, shipped_file
+from grpo_exp.config.schema import TinyRecipe
+from grpo_exp.config.spec import build_spec
 from grpo_exp.errors import UserError
 from grpo_exp.models.warmup import FRAGMENTS, PASSAGES, build_corpus, sentences
-from grpo_exp.validate import validate
+from grpo_exp.shipped import read_records, shipped_file
 
 ONLY_SERVICE = {"customer_service": 1.0}
 NEITHER = {"answer_share": 0.0, "cover_share": 0.0, "topic_share": 0.0, "writing_share": 0.0}
@@ -65,14 +65,14 @@ def test_topic_share_sets_how_often_the_opening_restates_the_message_category():
 
 def test_shares_over_one_are_refused_before_the_model_loads(settings):
     with pytest.raises(UserError, match=r"answer_share \(0.6\) \+ cover_share \(0.5\) is over 1"):
-        validate(settings("model.recipe.answer_share=0.6"))
+        build_spec(settings("model.recipe.answer_share=0.6"))
 
 
 @pytest.mark.parametrize("override", ["model.recipe.topic_share=1.5", "model.recipe.format_share=-0.1"])
 def test_a_share_outside_zero_to_one_is_refused_before_the_model_loads(settings, override):
     key, value = override.split("=")
     with pytest.raises(UserError, match=rf"^{key} is {value}: a share of the warm-up replies, between 0 and 1$"):
-        validate(settings(override))
+        build_spec(settings(override))
 
 
 def writing(recipe: TinyRecipe) -> list[str]:
@@ -97,4 +97,4 @@ def test_writing_share_sets_how_many_replies_are_fitted():
 
 def test_a_negative_writing_length_is_refused_before_the_model_loads(settings):
     with pytest.raises(UserError, match=r"^model.recipe.writing_chars is -5: .*0 keeps the passages as they are$"):
-        validate(settings("model.recipe.writing_chars=-5"))
+        build_spec(settings("model.recipe.writing_chars=-5"))

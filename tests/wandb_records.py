@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_exp.wandb_offline import records
+from grpo_exp.tracking.wandb_offline import records
 
 
 @dataclass

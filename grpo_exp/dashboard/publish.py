@@ -13,9 +13,9 @@ from pathlib import Path
 
 from grpo_exp.dashboard.sweep import read_sweep
 from grpo_exp.dashboard.view import build_workspace, default_entity, save, specification
+from grpo_exp.folder import report_dir
 
-# The sweep report's folder (grpo_exp.compare writes report.md there); the view's spec goes beside it.
-REPORT_DIR = "report"
+# The view's spec goes beside the sweep report (grpo_exp.report writes report.md into report_dir).
 SPEC_FILE = "wandb_view.json"
 OFFLINE_MODES = frozenset({"offline", "disabled", "dryrun"})
 MAX_REASON = 200  # characters of a server's error kept in the one-line message
@@ -50,7 +50,7 @@ def publish(folder: Path, entity: str | None = None, project: str | None = None,
         except Exception as exc:  # no server, no permission: the spec still records the view
             why_not = f"{type(exc).__name__}: {' '.join(str(exc).split())[:MAX_REASON]}"
     spec = specification(workspace, entity_known=entity is not None)
-    spec_path = Path(folder) / REPORT_DIR / SPEC_FILE
+    spec_path = report_dir(Path(folder)) / SPEC_FILE
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(json.dumps({**spec, "url": url}, indent=2) + "\n", encoding="utf-8")
     return Published(spec_path, url, why_not)
@@ -58,7 +58,7 @@ def publish(folder: Path, entity: str | None = None, project: str | None = None,
 
 def _offline_reason() -> str | None:
     """Why no view can be saved from here, or None when a W&B login is present."""
-    from grpo_exp.tracking import logged_in
+    from grpo_exp.tracking.wandb_run import logged_in
 
     mode = os.environ.get("WANDB_MODE", "")
     if mode in OFFLINE_MODES:

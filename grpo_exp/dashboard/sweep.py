@@ -7,21 +7,15 @@ imported here: a folder that won't do fails in well under a second, with one lin
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from grpo_exp.errors import UserError
-from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE
+from grpo_exp.folder import JobFolder, multirun_file, numbered_jobs, read_yaml
 
-MULTIRUN_FILE = "multirun.yaml"
-RUN_INFO_FILE = "run_info.json"
-CONFIG_FILE = "config.yaml"
-# The job config is nested under this W&B config key (grpo_exp.tracking.wandb_run).
+# The job config is nested under this W&B config key (grpo_exp.tracking.wandb_run.wandb_run).
 WANDB_CONFIG_ROOT = "grpo_exp"
 # Axes of the dashboard when the sweep varies neither (e.g. seeds only): the sweeps' usual pair.
 DEFAULT_AXES = ("grpo.num_generations", "optimizer.lr")
@@ -70,19 +64,20 @@ def read_sweep(folder: Path) -> SweepFacts:
     folder = Path(folder)
     if not folder.is_dir():
         raise UserError(f"no sweep folder at {folder}: pass a folder from `python run.py -m` (outputs/multirun/...)")
-    jobs = sorted((p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    jobs = [JobFolder(path) for path in numbered_jobs(folder)]
     if not jobs:
         raise UserError(f"{folder} holds no jobs (0/, 1/, ...): pass the folder of a sweep (`python run.py -m`)")
-    runs = [info for job in jobs if (info := _read_json(job / RUN_INFO_FILE).get("wandb"))]
+    # A job that never started or was cut short has no run info: the other jobs still describe the sweep.
+    runs = [info for job in jobs if (info := job.run_info().get("wandb"))]
     groups = [run["group"] for run in runs if run.get("group")]
     if not groups:
         raise UserError(
             f"no W&B group in {folder}: its jobs logged no W&B run (logger=none?); "
             "run the sweep with W&B on (the default logger=wandb, offline works too)"
         )
-    config = _read_yaml(jobs[0] / CONFIG_FILE)
-    rows = [row for job in jobs for row in _read_rows(job / METRICS_FILE)]
-    summaries = [_read_json(job / SUMMARY_FILE) for job in jobs]
+    config = _mapping(read_yaml(jobs[0].config))
+    rows = [row for job in jobs for row in job.rows()]  # evaluation rows too: they carry the eval/ keys
+    summaries = [job.summary() or {} for job in jobs]
     keys = {key for row in rows for key in row}
     return SweepFacts(
         folder=folder,
@@ -111,13 +106,13 @@ def _axes(folder: Path, config: dict[str, Any]) -> list[Axis]:
 
 
 def _swept_keys(folder: Path) -> list[str]:
-    """The keys the sweep varied, as the jobs' W&B tags name them (``grpo_exp.tracking.swept_keys``)."""
-    saved = folder / MULTIRUN_FILE
+    """The keys the sweep varied, as the jobs' W&B tags name them (``grpo_exp.tracking.wandb_run.swept_keys``)."""
+    saved = multirun_file(folder)
     if not saved.is_file():
         return []
-    from grpo_exp.tracking import swept_keys
+    from grpo_exp.tracking.wandb_run import swept_keys
 
-    params = ((_read_yaml(saved).get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    params = ((_mapping(read_yaml(saved)).get("hydra") or {}).get("sweeper") or {}).get("params") or {}
     keys = swept_keys(folder, params)
     return [k for k in keys if not k.startswith(("hydra.", "logger", "resume"))]
 
@@ -150,32 +145,6 @@ def _eval_summary_key(summaries: list[dict[str, Any]], keys: set[str]) -> str | 
     return EVAL_REWARD if any(_eval_key(k) == EVAL_REWARD for k in keys if k.startswith(EVAL_PREFIXES)) else None
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}  # a job that never started or was cut short: the other jobs still describe the sweep
+def _mapping(data: Any) -> dict[str, Any]:
+    """A YAML document as a mapping: an absent, unreadable or non-mapping file reads as empty."""
     return data if isinstance(data, dict) else {}
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    """Every row of ``metrics.jsonl`` (evaluation rows carry no training reward), torn lines skipped."""
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows

@@ -7,10 +7,10 @@ same dtype, 4-bit and LoRA handling.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
-from grpo_exp.config import ModelSettings
+from grpo_exp.config.schema import ModelSettings
 from grpo_exp.errors import UserError
 from grpo_exp.registry import Registry
 
@@ -19,32 +19,82 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SOURCES: Registry[Callable[[ModelSettings], str]] = Registry("model.source")
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Which weights a job starts from: the ``from_pretrained`` path, and what pins its contents.
+
+    ``key``: the embedded model's cache key (a hash of its recipe and corpus); a hub model's
+    revision is only known once it loads (run_info.json records it then)."""
+
+    source: str
+    path: str
+    key: str | None = None
 
 
-@SOURCES.register("tiny")
-def _tiny(cfg: ModelSettings) -> str:
-    from grpo_exp.models.tiny import ensure_built
+class Source(Protocol):
+    """A ``model.source``: resolves the config to a ``ModelSource`` cheaply, and makes it loadable."""
 
-    if cfg.recipe is None:
-        raise UserError("model.source=tiny needs a model.recipe block (see conf/model/tiny.yaml)")
-    return str(ensure_built(cfg.recipe))
+    def resolve(self, cfg: ModelSettings) -> ModelSource: ...
+
+    def prepare(self, cfg: ModelSettings) -> str: ...
 
 
-@SOURCES.register("pretrained")
-def _pretrained(cfg: ModelSettings) -> str:
-    return cfg.name_or_path
+SOURCES: Registry[Source] = Registry("model.source")
+
+
+class _Tiny:
+    """The embedded model, built once per recipe into the cache."""
+
+    def resolve(self, cfg: ModelSettings) -> ModelSource:
+        from grpo_exp.models import tiny, warmup
+
+        recipe = cfg.recipe
+        if recipe is None:
+            raise UserError("model.source=tiny needs a model.recipe block (see conf/model/tiny.yaml)")
+        unknown = sorted(set(recipe.scenarios) - set(warmup.scenarios()))
+        if unknown:
+            raise UserError(f"model.recipe.scenarios: unknown {unknown}; known: {', '.join(warmup.scenarios())}")
+        if not any(recipe.scenarios.values()):
+            raise UserError("model.recipe.scenarios gives every scenario a share of 0: nothing to warm up on")
+        key = tiny.recipe_key(recipe)
+        return ModelSource("tiny", str(tiny.cache_path(key)), key)
+
+    def prepare(self, cfg: ModelSettings) -> str:
+        from grpo_exp.models.tiny import ensure_built
+
+        assert cfg.recipe is not None  # resolve() said so in the preflight
+        return str(ensure_built(cfg.recipe))
+
+
+class _Pretrained:
+    """A hub id or a local folder, loaded as it is."""
+
+    def resolve(self, cfg: ModelSettings) -> ModelSource:
+        return ModelSource("pretrained", cfg.name_or_path)
+
+    def prepare(self, cfg: ModelSettings) -> str:
+        return cfg.name_or_path
+
+
+SOURCES.register("tiny")(_Tiny())
+SOURCES.register("pretrained")(_Pretrained())
+
+
+def resolve(cfg: ModelSettings) -> ModelSource:
+    """The model a job would start from, checked, without building or loading anything."""
+    return SOURCES.get(cfg.source).resolve(cfg)
 
 
 def model_path(cfg: ModelSettings) -> str:
-    """The ``from_pretrained`` path (hub id or folder) for this model config."""
-    return SOURCES.get(cfg.source)(cfg)
+    """The ``from_pretrained`` path (hub id or folder) for this model config, built first if need be."""
+    return SOURCES.get(cfg.source).prepare(cfg)
 
 
 def load(cfg: ModelSettings, path: str, use_gpu: bool) -> tuple[Any, Any]:
     """Model and tokenizer from ``path`` with the configured dtype and 4-bit quantization."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     kwargs: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code}
     if cfg.dtype != "auto":
@@ -63,15 +113,23 @@ def load(cfg: ModelSettings, path: str, use_gpu: bool) -> tuple[Any, Any]:
     if not use_gpu and kwargs.get("dtype") in (torch.bfloat16, torch.float16):
         log.warning("model.dtype=%s on CPU is slow and imprecise; loading float32", cfg.dtype)
         kwargs["dtype"] = torch.float32
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(cfg, path)
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if cfg.quantization.load_in_4bit:
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(model)
     return model, tokenizer
+
+
+def load_tokenizer(cfg: ModelSettings, path: str) -> Any:
+    """The tokenizer at ``path``, with a padding token (the end-of-sequence one when it has none)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def lora_config(cfg: ModelSettings) -> LoraConfig | None:

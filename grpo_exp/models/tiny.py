@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from grpo_exp.cache import cache_root
-from grpo_exp.config import TinyRecipe
-from grpo_exp.data import shipped_file
+from grpo_exp.config.schema import TinyRecipe
 from grpo_exp.models.warmup import Example, build_corpus, corpus_files
+from grpo_exp.shipped import shipped_file
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,14 @@ def recipe_key(recipe: TinyRecipe) -> str:
     return digest.hexdigest()[:12]
 
 
+def cache_path(key: str) -> Path:
+    """Where the model of cache key ``key`` (``recipe_key``) is kept once built."""
+    return cache_root() / f"tiny-{key}"
+
+
 def ensure_built(recipe: TinyRecipe) -> Path:
     """The folder of the model built from ``recipe``, building it first if no one has yet."""
-    target = cache_root() / f"tiny-{recipe_key(recipe)}"
+    target = cache_path(recipe_key(recipe))
     if (target / "config.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

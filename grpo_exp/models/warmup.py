@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_exp.config import TinyRecipe
-from grpo_exp.data import read_records, shipped_file
+from grpo_exp.config.schema import TinyRecipe
 from grpo_exp.models.code_variants import wrong_variant
+from grpo_exp.shipped import read_records, shipped_file
 
 FRAGMENTS = "warmup/customer_service_replies.json"
 PASSAGES = "warmup/content_creation_passages.jsonl"

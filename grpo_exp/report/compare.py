@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from grpo_exp.errors import UserError
-from grpo_exp.metrics import SUMMARY_FILE
+from grpo_exp.folder import REPORT_DIR, SUMMARY_FILE, report_dir
 from grpo_exp.report.jobs import FAILED, INCOMPLETE, Job
 from grpo_exp.report.stability import Stability, describe, median_max_kl, rank_stability
 from grpo_exp.report.sweep import (
     DEFAULT_OBJECTIVE,
     DEFAULT_VALUE,
-    REPORT_DIR,
     SEED_KEY,
     Cell,
     Group,
@@ -230,7 +229,7 @@ def write_report(
     objective that no job has.
     """
     sweep = load_sweep(Path(sweep_dir), objective, maximize)
-    out_dir = Path(out_dir) if out_dir is not None else sweep.path / REPORT_DIR
+    out_dir = Path(out_dir) if out_dir is not None else report_dir(sweep.path)
     out_dir.mkdir(parents=True, exist_ok=True)
     notes = _notes(sweep)
     images = _draw(sweep, out_dir, notes) if plots else []

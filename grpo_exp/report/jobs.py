@@ -11,21 +11,15 @@ assumed without a readable ``config.yaml``.
 from __future__ import annotations
 
 import functools
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from grpo_exp.config.schema import MonitorSettings
+from grpo_exp.folder import CONFIG_FILE, METRICS_FILE, OVERRIDES_FILE, SUMMARY_FILE, JobFolder, read_rows, read_yaml
+from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics, summarize, summarize_eval
 
-from grpo_exp.config import MonitorSettings
-from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE, read_eval_metrics, read_metrics, summarize, summarize_eval
-
-CONFIG_FILE = "config.yaml"
-ERROR_FILE = "error.txt"
-OVERRIDES_FILE = ".hydra/overrides.yaml"
-JOB_FILES = (SUMMARY_FILE, METRICS_FILE, CONFIG_FILE, ERROR_FILE, OVERRIDES_FILE)
 DEFAULT_KL_THRESHOLD = MonitorSettings.kl_threshold
 DEFAULT_MIN_REWARD_STD = MonitorSettings.min_reward_std
 DEFAULT_MIN_IMPROVEMENT = MonitorSettings.min_improvement
@@ -102,8 +96,9 @@ class Job:
 
 def load_job(path: Path) -> Job:
     """One job folder; whatever is missing or damaged becomes a note, never an exception."""
+    folder = JobFolder(path)
     notes: list[str] = []
-    config = read_yaml(path / CONFIG_FILE)
+    config = read_yaml(folder.config)
     if not isinstance(config, dict):
         config = {}
         notes.append(
@@ -112,21 +107,21 @@ def load_job(path: Path) -> Job:
         )
     monitor = config.get("monitor") if isinstance(config.get("monitor"), dict) else {}
     kl_threshold = float(monitor.get("kl_threshold", DEFAULT_KL_THRESHOLD))
-    rows = [row for row in read_metrics(path / METRICS_FILE) if finite(row.get("step"))]
-    if torn := _torn_lines(path / METRICS_FILE):
+    rows = [row for row in read_metrics(folder.metrics) if finite(row.get("step"))]
+    if torn := read_rows(folder.metrics)[1]:
         notes.append(f"{torn} torn line(s) in {METRICS_FILE} skipped")
-    summary = _read_json(path / SUMMARY_FILE)
-    if summary is None and (path / SUMMARY_FILE).exists():
+    summary = folder.summary()
+    if summary is None and folder.summary_file.exists():
         notes.append(f"{SUMMARY_FILE} is unreadable: figures come from {METRICS_FILE}")
-    held_out = summarize_eval(read_eval_metrics(path / METRICS_FILE))
+    held_out = summarize_eval(read_eval_metrics(folder.metrics))
     stats = summarize(rows, kl_threshold) | held_out | {k: v for k, v in (summary or {}).items() if v is not None}
-    overrides = _read_overrides(path)
+    overrides = _read_overrides(folder)
     if overrides is None:
         overrides = (summary or {}).get("overrides") or {}
         source = f"taken from {SUMMARY_FILE}" if overrides else "unknown"
         notes.append(f"no {OVERRIDES_FILE}: its swept values are {source}")
-    status = _status(path, summary)
-    error = (summary or {}).get("error") or (_last_line(path / ERROR_FILE) if status == FAILED else None)
+    status = _status(folder, summary)
+    error = (summary or {}).get("error") or (_last_line(folder.error) if status == FAILED else None)
     return Job(
         name=path.name,
         path=path,
@@ -143,42 +138,10 @@ def load_job(path: Path) -> Job:
     )
 
 
-def is_job(path: Path) -> bool:
-    return any((path / name).is_file() for name in JOB_FILES)
-
-
-def _status(path: Path, summary: dict[str, Any] | None) -> str:
+def _status(folder: JobFolder, summary: dict[str, Any] | None) -> str:
     if summary is None:
         return INCOMPLETE  # killed hard (OOM killer, SLURM timeout) or still running
-    return str(summary.get("status") or (FAILED if (path / ERROR_FILE).is_file() else COMPLETED))
-
-
-def read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _torn_lines(path: Path) -> int:
-    """Lines of metrics.jsonl that aren't JSON (read_metrics skips them; the report says so)."""
-    if not path.is_file():
-        return 0
-    torn = 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            json.loads(line)
-        except json.JSONDecodeError:
-            torn += bool(line.strip())
-    return torn
+    return str(summary.get("status") or (FAILED if folder.error.is_file() else COMPLETED))
 
 
 def _last_line(path: Path) -> str | None:
@@ -190,8 +153,8 @@ def _last_line(path: Path) -> str | None:
     return next((line for line in reversed(lines) if line), None)
 
 
-def _read_overrides(path: Path) -> dict[str, Any] | None:
-    lines = read_yaml(path / OVERRIDES_FILE)
+def _read_overrides(folder: JobFolder) -> dict[str, Any] | None:
+    lines = read_yaml(folder.overrides)
     if not isinstance(lines, list):
         return None
     pairs = (_parse_override(str(line)) for line in lines)

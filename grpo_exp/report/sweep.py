@@ -16,19 +16,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from grpo_exp.errors import UserError
-from grpo_exp.metrics import TRAINING_COUNTERPART
-from grpo_exp.report.jobs import Job, finite, is_job, load_job, read_yaml
+from grpo_exp.folder import SUMMARY_FILE, JobFolder, multirun_file, read_yaml, sweep_jobs
+from grpo_exp.report.jobs import Job, finite, load_job
+from grpo_exp.tracking.metrics import TRAINING_COUNTERPART
 
 if TYPE_CHECKING:  # pandas loads when a report is computed, not when the module is imported
     import pandas as pd
 
-REPORT_DIR = "report"
 DEFAULT_OBJECTIVE = "final_eval_reward"  # the held-out reward; a sweep without one ranks on final_reward
 # Objectives where lower is better, unless told otherwise (--maximize) or the sweeper's direction says.
 MINIMIZED = frozenset(
     {"mean_kl", "max_kl", "final_kl", "steps_above_kl_threshold", "frac_reward_zero_std", "wall_time_s"}
 )
-MULTIRUN_FILE = "multirun.yaml"
 # An axis with more distinct values than this (a search such as Optuna's) gets a scatter plot, not a grid.
 MAX_GRID_VALUES = 8
 SEED_KEY = "seed"  # repeats of one configuration; averaged, not a configuration of its own
@@ -154,10 +153,7 @@ def _basis(objective: str, jobs: list[Job]) -> tuple[str, str]:
 
 def find_job_dirs(sweep_dir: Path) -> list[Path]:
     """Job subfolders in Hydra's order (0, 1, ..., 10); the folder itself when it is a single run."""
-    children = [p for p in sweep_dir.iterdir() if p.is_dir() and is_job(p) and not _is_ours(p)]
-    if children:
-        return sorted(children, key=lambda p: (0, int(p.name), "") if p.name.isdigit() else (1, 0, p.name))
-    return [sweep_dir] if is_job(sweep_dir) else []
+    return sweep_jobs(sweep_dir) or ([sweep_dir] if JobFolder(sweep_dir).holds_job_files() else [])
 
 
 def swept_keys(jobs: list[Job]) -> list[str]:
@@ -199,15 +195,10 @@ def _common(values: set[str | None]) -> str | None:
 
 def _sweeper_maximizes(sweep_dir: Path) -> bool | None:
     """The direction an optimizing sweeper (Optuna) was given, from multirun.yaml; None for a grid."""
-    saved = read_yaml(sweep_dir / MULTIRUN_FILE)
+    saved = read_yaml(multirun_file(sweep_dir))
     sweeper = saved.get("hydra", {}).get("sweeper", {}) if isinstance(saved, dict) else {}
     direction = sweeper.get("direction") if isinstance(sweeper, dict) else None
     return {"maximize": True, "minimize": False}.get(str(direction).lower()) if direction else None
-
-
-def _is_ours(path: Path) -> bool:
-    """A run's own subfolders (.hydra holds a config.yaml too) and the report are not jobs."""
-    return path.name.startswith(".") or path.name == REPORT_DIR
 
 
 def _where_jobs_are(path: Path) -> str:
@@ -215,7 +206,7 @@ def _where_jobs_are(path: Path) -> str:
     inner = sorted(p for p in path.iterdir() if p.is_dir() and find_job_dirs(p))
     if inner:
         return f": it holds sweeps or runs, pass one of them, e.g. {inner[-1]}"
-    return ": expected a sweep folder (0/, 1/, ... from `python run.py -m`) or a run folder with summary.json"
+    return f": expected a sweep folder (0/, 1/, ... from `python run.py -m`) or a run folder with {SUMMARY_FILE}"
 
 
 def _rank(sweep: Sweep, job: Job) -> tuple[bool, bool, float]:

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from grpo_exp.config import RewardPart, RewardSettings
+from grpo_exp.config.schema import RewardPart, RewardSettings
 from grpo_exp.errors import UserError
 from grpo_exp.rewards.stages import STAGE_METRIC, StageGate
 from grpo_exp.rewards.user import CallStyle, resolve

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from grpo_exp.config import RewardPart, StartWhen
+from grpo_exp.config.schema import RewardPart, StartWhen
 from grpo_exp.errors import UserError
 
 STAGE_METRIC = "stage"

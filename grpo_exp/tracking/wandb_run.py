@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_exp import hardware
-from grpo_exp.config import LoggerSettings
+from grpo_exp.config.schema import LoggerSettings
+from grpo_exp.folder import OFFLINE_RUNS, JobFolder, multirun_file
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def swept_keys(sweep_dir: Path, params: dict[str, Any]) -> list[str]:
 
 def sweep_command(sweep_dir: Path) -> list[str]:
     """The sweep's own command-line overrides (value lists included), from Hydra's ``multirun.yaml``."""
-    saved = sweep_dir / "multirun.yaml"
+    saved = multirun_file(sweep_dir)
     if not saved.is_file():
         return []
     from omegaconf import OmegaConf
@@ -108,14 +108,14 @@ def resolve_mode(settings: LoggerSettings) -> str:
     return os.environ.get("WANDB_MODE") or ("online" if logged_in() else "offline")
 
 
-def system_stats() -> dict[str, bool]:
+def system_stats(gpu: bool) -> dict[str, bool]:
     """W&B settings for its system-stats sampler: off on a machine without a GPU, unless asked for.
 
     The sampler is a background process that competes with training for the cores (about 5 % of a
     2-core run) while charting nothing but the CPU; with a GPU its memory and utilisation charts
     are worth it. ``WANDB_X_DISABLE_STATS=false`` turns it back on.
     """
-    if any(name in os.environ for name in STATS_ENV) or hardware.cuda_available():
+    if any(name in os.environ for name in STATS_ENV) or gpu:
         return {}
     return {"x_disable_stats": True}
 
@@ -127,6 +127,7 @@ def wandb_run(
     config: dict[str, Any],
     output_dir: Path,
     run_id: str | None = None,
+    gpu: bool = False,
 ) -> Iterator[Future | None]:
     """The job's W&B run, opening in the background (None when tracking is off); finished, or failed, on exit.
 
@@ -158,7 +159,7 @@ def wandb_run(
         id=run_id,
         resume="allow" if run_id else None,
         reinit="finish_previous",
-        settings=wandb.Settings(silent=True, **system_stats()),  # its banners repeat our one line
+        settings=wandb.Settings(silent=True, **system_stats(gpu)),  # its banners repeat our one line
     )
     opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wandb-init")
     opening = opener.submit(_open, options, output_dir)
@@ -191,7 +192,7 @@ def continue_history(run: Any, mode: str, output_dir: Path, resumed_from: int, r
     """
     from transformers.integrations.integration_utils import rewrite_logs  # W&B's train/ keys, as logged live
 
-    from grpo_exp import wandb_offline
+    from grpo_exp.tracking import wandb_offline
 
     if mode == "offline":
         last_row, sent = wandb_offline.progress(output_dir)
@@ -209,5 +210,5 @@ def continue_history(run: Any, mode: str, output_dir: Path, resumed_from: int, r
 def view_hint(run: Any, mode: str, output_dir: Path) -> str:
     """How to see the run: its URL online, the upload command offline."""
     if mode == "offline":
-        return f"saved offline; upload with: wandb sync {output_dir / 'wandb'}/offline-run-*"
+        return f"saved offline; upload with: wandb sync {JobFolder(output_dir).wandb / OFFLINE_RUNS}"
     return run.url or "online"

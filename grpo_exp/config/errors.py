@@ -11,8 +11,8 @@ from typing import Any, get_type_hints
 
 from omegaconf import DictConfig
 
-from grpo_exp.config import CONF_DIR, KEY_ALIASES, ExperimentConfig
-from grpo_exp.trl_schema import SET_ELSEWHERE
+from grpo_exp.config.schema import CONF_DIR, KEY_ALIASES, PRIMARY_CONFIG, ExperimentConfig
+from grpo_exp.config.trl_map import SET_ELSEWHERE
 
 OVERRIDE_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 # How alike a misspelt key must be to a real one (difflib ratio) to be suggested.
@@ -83,7 +83,7 @@ def default_groups() -> set[str]:
     """Groups conf/config.yaml composes by default; the others are added with ``+group=option``."""
     from omegaconf import OmegaConf
 
-    defaults = OmegaConf.load(CONF_DIR / "config.yaml").get("defaults", [])
+    defaults = OmegaConf.load(CONF_DIR / f"{PRIMARY_CONFIG}.yaml").get("defaults", [])
     return {key for entry in defaults if isinstance(entry, dict | DictConfig) for key in entry}
 
 

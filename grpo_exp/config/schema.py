@@ -16,19 +16,32 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from grpo_exp import metrics, trl_schema
-from grpo_exp.metrics import OBJECTIVES
-from grpo_exp.schema_cache import schema_node
-from grpo_exp.trl_schema import TrlGrpoFields
+from grpo_exp.config import trl_schema
+from grpo_exp.config.schema_cache import schema_node
+from grpo_exp.config.trl_schema import TrlGrpoFields
 
 # Where the config groups live (their YAML holds the defaults and documents every key).
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+PRIMARY_CONFIG = "config"  # conf/config.yaml, which composes the groups
 # Slips users copy from the article (and other GRPO write-ups) mapped to our keys.
 KEY_ALIASES: dict[str, str] = {
     "num_generation": "num_generations",
     "kl_coef": "beta",
     "learning_rate": "lr",
 }
+# Summary numbers a job can return to a sweeper as its objective (config key `objective`).
+OBJECTIVES = (
+    "final_reward",
+    "peak_reward",
+    "first_reward",
+    "final_eval_reward",
+    "best_eval_reward",
+    "first_eval_reward",
+    "final_reward_std",
+    "mean_kl",
+    "max_kl",
+    "final_kl",
+)
 
 
 @dataclass
@@ -244,7 +257,7 @@ class ExperimentConfig:
 
 
 # The files that define the schema: the key of its cached OmegaConf nodes (schema_cache).
-SCHEMA_SOURCES = (Path(__file__), Path(trl_schema.__file__), Path(metrics.__file__))
+SCHEMA_SOURCES = (Path(__file__), Path(trl_schema.__file__))
 
 
 def register_schema() -> None:

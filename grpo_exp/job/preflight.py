@@ -17,19 +17,19 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep, Override
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp.config import ExperimentConfig, register_schema
-from grpo_exp.config_errors import describe_config_error
+from grpo_exp.config.errors import describe_config_error
+from grpo_exp.config.loading import to_settings
+from grpo_exp.config.schema import register_schema
+from grpo_exp.config.spec import JobSpec, build_spec
 from grpo_exp.errors import UserError
-from grpo_exp.settings import to_settings
-from grpo_exp.validate import Checked, validate
 
 # Beyond this many combinations only the first are checked, so checking stays well under a minute.
 MAX_CHECKED_JOBS = 64
 
 
-# Jobs checked here, by their composed config: a job Hydra then runs in this process reuses the
-# result, so it is validated (and its rewards built) once.
-_CHECKED: dict[str, tuple[ExperimentConfig, Checked]] = {}
+# The specs built here, by composed config: Hydra runs the jobs in this process after the
+# preflight, and each job takes its spec from here, so it is checked (and its rewards built) once.
+_SPECS: dict[str, JobSpec] = {}
 
 
 def check_command(
@@ -45,29 +45,27 @@ def check_command(
         for job in jobs[:MAX_CHECKED_JOBS]:
             cfg = compose_job(config_name, job)
             if validating:
-                checked_job(cfg)
+                job_spec(cfg)
 
 
-def checked_job(cfg: DictConfig) -> tuple[ExperimentConfig, Checked]:
-    """The typed, validated settings of a composed job; computed once per job and process."""
+def job_spec(cfg: DictConfig) -> JobSpec:
+    """The spec of a composed job; built once per job and process."""
     key = OmegaConf.to_yaml(cfg)
-    if key not in _CHECKED:
-        settings = to_settings(cfg)
-        _CHECKED[key] = (settings, validate(settings))
-    return _CHECKED[key]
+    if key not in _SPECS:
+        _SPECS[key] = build_spec(to_settings(cfg))
+    return _SPECS[key]
 
 
-def checked_record(folder: Path, overrides: Sequence[str]) -> tuple[ExperimentConfig, Checked]:
-    """The validated settings a job folder recorded, with a resume's adjustments; once per process,
-    like ``checked_job`` (the preflight and the resumed job share the result)."""
-    from grpo_exp import resume
+def recorded_spec(folder: Path, overrides: Sequence[str]) -> JobSpec:
+    """The spec of the config a job folder recorded, with a resume's adjustments; once per process,
+    like ``job_spec`` (the preflight and the resumed job share it)."""
+    from grpo_exp.job import resume
 
     adjustments = [o for o in overrides if resume.override_key(o) in resume.ADJUSTABLE]
     key = f"resume:{folder.resolve()}:{adjustments}"
-    if key not in _CHECKED:
-        settings = resume.recorded_settings(folder, adjustments)
-        _CHECKED[key] = (settings, validate(settings))
-    return _CHECKED[key]
+    if key not in _SPECS:
+        _SPECS[key] = build_spec(resume.recorded_settings(folder, adjustments))
+    return _SPECS[key]
 
 
 def compose_job(config_name: str, overrides: Sequence[str], with_hydra: bool = False) -> DictConfig:

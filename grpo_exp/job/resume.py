@@ -17,7 +17,6 @@ W&B run continues under the same id without resending the steps W&B already hold
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,16 +25,15 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from grpo_exp.config import CONF_DIR, ExperimentConfig
+from grpo_exp.config.loading import to_settings
+from grpo_exp.config.schema import CONF_DIR, ExperimentConfig
 from grpo_exp.errors import UserError
-from grpo_exp.metrics import METRICS_FILE, SUMMARY_FILE
-from grpo_exp.settings import to_settings
+from grpo_exp.folder import CONFIG_FILE, JobFolder
+from grpo_exp.training.checkpoints import ResumePoint, latest
 
 log = logging.getLogger("grpo_exp")
 
 NEVER, AUTO = "never", "auto"
-CONFIG_FILE = "config.yaml"
-RUN_INFO_FILE = "run_info.json"
 # What a resumed job may change: how long it trains and how it reports, never what it learns.
 ADJUSTABLE = (
     "resume",
@@ -52,18 +50,6 @@ ADJUSTABLE = (
 
 
 @dataclass
-class ResumePoint:
-    """Where a resumed job starts: a checkpoint (None: step 0) and what was already recorded."""
-
-    checkpoint: Any | None  # checkpoints.Checkpoint; typed loosely so this module stays free of torch
-    run_info: dict[str, Any]
-
-    @property
-    def step(self) -> int:
-        return self.checkpoint.step if self.checkpoint else 0
-
-
-@dataclass
 class Plan:
     """What a job does: train ``settings`` (continuing ``point`` if set), or nothing (``done``)."""
 
@@ -77,20 +63,21 @@ def plan(settings: ExperimentConfig, job_dir: Path) -> Plan:
 
     ``settings`` are the job's validated settings: for ``resume=<folder>``, that folder's recorded ones.
     """
+    folder = JobFolder(job_dir)
     if settings.resume == NEVER:
-        if holds_run(job_dir):
+        if folder.holds_run():
             raise UserError(
                 f"{job_dir} already holds a run; continue it with resume={job_dir}, or give another hydra.run.dir"
             )
         return Plan(settings)
-    if settings.resume == AUTO and not holds_run(job_dir):
+    if settings.resume == AUTO and not folder.holds_run():
         return Plan(settings)  # auto, and this job never ran: start it
     if settings.resume == AUTO and (changed := differences(recorded_settings(job_dir), settings)):
         raise UserError(
             f"resume=auto: {job_dir} holds a run with another config ({', '.join(changed[:4])} differ); "
             "resume it with the same settings, or give a new hydra.sweep.dir (hydra.run.dir)"
         )
-    summary = _read_json(job_dir / SUMMARY_FILE)
+    summary = folder.summary() or {}
     target = settings.grpo.max_steps
     if summary.get("status") == "completed" and (target <= 0 or summary.get("steps", 0) >= target):
         return Plan(settings, done=summary)
@@ -101,14 +88,9 @@ def is_folder(value: str) -> bool:
     return value not in (NEVER, AUTO)
 
 
-def holds_run(job_dir: Path) -> bool:
-    """Whether a job has trained here before (Hydra's own files alone don't count)."""
-    return any((job_dir / name).exists() for name in (METRICS_FILE, SUMMARY_FILE)) or any(job_dir.glob("checkpoint-*"))
-
-
 def check_folder(folder: Path) -> None:
     """A one-line error unless ``folder`` is a job folder that can be resumed."""
-    if not (folder / CONFIG_FILE).is_file():
+    if not JobFolder(folder).config.is_file():
         raise UserError(
             f"resume={folder}: not a job folder (no {CONFIG_FILE} there); give the folder of a run, "
             "e.g. resume=outputs/<date>/<time>"
@@ -128,7 +110,7 @@ def check_overrides(folder: str, overrides: Sequence[str]) -> None:
 def recorded_settings(folder: Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
     """The config a job ran with (its ``config.yaml``), with the adjustable overrides applied."""
     check_folder(folder)
-    cfg = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), OmegaConf.load(folder / CONFIG_FILE))
+    cfg = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), OmegaConf.load(JobFolder(folder).config))
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
         if key not in ADJUSTABLE or key == "resume":
@@ -154,38 +136,11 @@ def differences(recorded: ExperimentConfig, current: ExperimentConfig) -> list[s
 
 def resume_point(job_dir: Path) -> ResumePoint:
     """The latest whole checkpoint of ``job_dir`` (damaged newer ones set aside) and its records."""
-    from grpo_exp import checkpoints
-
-    checkpoint = checkpoints.latest(job_dir, set_aside=True)
-    run_info = _read_json(job_dir / RUN_INFO_FILE)
+    checkpoint = latest(job_dir, set_aside=True)
+    run_info = JobFolder(job_dir).run_info()
     if checkpoint is None:
         log.warning("no usable checkpoint in %s: training starts again from step 0", job_dir)
     return ResumePoint(checkpoint, run_info)
-
-
-def rewind_metrics(path: Path, step: int) -> None:
-    """Keep the rows of steps up to ``step``: the steps after it are trained again."""
-    if not path.is_file():
-        return
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines() if _row_step(line) <= step]
-    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
-_TORN = 1 << 62  # the step given to a line cut short by a kill: never kept
-
-
-def _row_step(line: str) -> int:
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return _TORN
 
 
 def override_key(override: str) -> str:

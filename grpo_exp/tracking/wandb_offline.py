@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from grpo_exp.folder import JobFolder
+
 FILE_HEADER = 7
 BLOCK = 32 * 1024
 CHUNK_HEADER = struct.Struct("<IHB")
@@ -50,7 +52,7 @@ def records(path: Path) -> Iterator[Any]:
 def progress(job_dir: Path) -> tuple[int | None, int]:
     """Over the job's offline W&B runs: the highest W&B step, and the last training step logged."""
     last_row, trained = None, 0
-    for path in job_dir.glob("wandb/offline-run-*/*.wandb"):
+    for path in (file for run in JobFolder(job_dir).offline_runs() for file in run.glob("*.wandb")):
         for record in records(path):
             if record.WhichOneof("record_type") != "history":
                 continue

@@ -12,8 +12,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp.config import ExperimentConfig, RewardPart
-from grpo_exp.config_errors import describe_config_error, unknown_key_message
+from grpo_exp.config.errors import describe_config_error, unknown_key_message
+from grpo_exp.config.schema import ExperimentConfig, RewardPart
 from grpo_exp.errors import UserError
 
 

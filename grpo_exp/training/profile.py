@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from grpo_exp.config import GrpoSettings
+from grpo_exp.config.schema import GrpoSettings
 from grpo_exp.rewards.compose import WeightedReward
 
 

@@ -9,27 +9,13 @@ Held-out evaluations are rows of their own, keyed as W&B shows them (``eval/rewa
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
-# Summary numbers a job can return to a sweeper as its objective (config key `objective`).
-OBJECTIVES = (
-    "final_reward",
-    "peak_reward",
-    "first_reward",
-    "final_eval_reward",
-    "best_eval_reward",
-    "first_eval_reward",
-    "final_reward_std",
-    "mean_kl",
-    "max_kl",
-    "final_kl",
-)
+from grpo_exp.folder import read_rows
+
 # A held-out objective of a job without held-out prompts falls back to its training counterpart.
 TRAINING_COUNTERPART = {
     "final_eval_reward": "final_reward",
@@ -49,13 +35,11 @@ def is_evaluation(logs: dict[str, Any]) -> bool:
     return any(key.startswith(TRAINER_EVAL_PREFIX) for key in logs)
 
 
-def append_metrics(path: Path, step: int, logs: dict[str, Any]) -> None:
-    """Add one logging step's numbers to ``path``; an evaluation's keys as W&B names them (``eval/reward``)."""
+def metrics_row(step: int, logs: dict[str, Any]) -> dict[str, Any]:
+    """One logging step's numbers as a ``metrics.jsonl`` row; an evaluation's keys as W&B names them."""
     if is_evaluation(logs):
         logs = {_eval_name(k): v for k, v in logs.items()}
-    row = {"step": step, **{k: v for k, v in logs.items() if isinstance(v, int | float)}}
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(row) + "\n")
+    return {"step": step, **{k: v for k, v in logs.items() if isinstance(v, int | float)}}
 
 
 def _eval_name(key: str) -> str:
@@ -73,17 +57,7 @@ def read_eval_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_rows(path: Path, key: str) -> list[dict[str, Any]]:
-    rows = []
-    if not path.is_file():
-        return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a killed job
-        if isinstance(row, dict) and key in row:
-            rows.append(row)
-    return rows
+    return [row for row in read_rows(path)[0] if key in row]
 
 
 def summarize_eval(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -132,10 +106,6 @@ def summarize(rows: list[dict[str, Any]], kl_threshold: float) -> dict[str, Any]
         "parts": {k.split("/")[1]: _mean(_series(rows, k)[-edge:]) for k in per_part},
         **({"stage": int(stages[-1])} if (stages := _series(rows, "stage")) else {}),  # staged rewards only
     }
-
-
-def write_summary(path: Path, summary: dict[str, Any]) -> None:
-    path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _series(rows: Iterable[dict[str, Any]], key: str) -> list[float]:

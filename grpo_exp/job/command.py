@@ -19,14 +19,15 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from grpo_exp import resume as resume_rules
-from grpo_exp.config import CONF_DIR, register_schema
+from grpo_exp.config.schema import CONF_DIR, register_schema
 from grpo_exp.errors import UserError, describe_failure
-from grpo_exp.metrics import objective_value
-from grpo_exp.resume import override_key
-from grpo_exp.stops import JobStopped
+from grpo_exp.folder import JobFolder
+from grpo_exp.job import resume as resume_rules
+from grpo_exp.job.resume import override_key
+from grpo_exp.tracking.metrics import objective_value
+from grpo_exp.training.stops import JobStopped
 
 log = logging.getLogger("grpo_exp")
 
@@ -54,7 +55,7 @@ def preflight(argv: list[str]) -> list[str]:
     if any(getattr(args, flag, None) for flag in _PRINT_ONLY) or args.config_dir or args.experimental_rerun:
         return argv
     config_dir = CONF_DIR.parent / args.config_path if args.config_path else CONF_DIR
-    from grpo_exp.preflight import check_command, checked_record  # --help and --cfg return above
+    from grpo_exp.job.preflight import check_command, recorded_spec  # --help and --cfg return above
 
     try:
         resume_to = _resume_folder(args.overrides, args.multirun)
@@ -62,7 +63,7 @@ def preflight(argv: list[str]) -> list[str]:
             # The job runs the folder's recorded config, but Hydra still composes this command line
             # (a `+resume=` on the schema's own key fails there): check that it does.
             check_command(config_dir, args.config_name or "config", args.overrides, multirun=False, validating=False)
-            checked_record(resume_to, args.overrides)
+            recorded_spec(resume_to, args.overrides)
             return [*argv, f"hydra.run.dir='{resume_to}'", "hydra.output_subdir=null"]
         check_command(config_dir, args.config_name or "config", args.overrides, args.multirun)
         if args.multirun and "hydra.sweep.dir" not in {override_key(o) for o in args.overrides}:
@@ -80,7 +81,7 @@ def _sweep_dir(config_dir: Path, config_name: str, overrides: list[str]) -> str:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.utils import setup_globals
 
-    from grpo_exp.preflight import compose_job
+    from grpo_exp.job.preflight import compose_job
 
     setup_globals()
     parsed = OverridesParser.create().parse_overrides(overrides)
@@ -118,55 +119,47 @@ def run_job(cfg: DictConfig) -> float:
     hydra_cfg = HydraConfig.get()
     output_dir = Path(hydra_cfg.runtime.output_dir)
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
-    from grpo_exp.preflight import checked_job, checked_record
-    from grpo_exp.tracking import identity_from_hydra
+    from grpo_exp.job.preflight import job_spec, recorded_spec
+    from grpo_exp.tracking.wandb_run import identity_from_hydra
 
     try:
         overrides = list(hydra_cfg.overrides.task)
-        if resume_rules.is_folder(str(cfg.resume)):  # the run's recorded config, not this composition
-            settings, checked = checked_record(output_dir, overrides)
-        else:
-            settings, checked = checked_job(cfg)
-        plan = resume_rules.plan(settings, output_dir)
+        recorded = resume_rules.is_folder(str(cfg.resume))  # the run's recorded config, not this composition
+        spec = recorded_spec(output_dir, overrides) if recorded else job_spec(cfg)
+        plan = resume_rules.plan(spec.settings, output_dir)
         if plan.done is not None:
             log.info("%s completed its %s steps before; nothing to do", output_dir, plan.done.get("steps"))
-            value = objective_value(plan.done, str(settings.objective))[1]
+            value = objective_value(plan.done, str(spec.settings.objective))[1]
             return math.nan if value is None else value
-        for warning in checked.warnings:
+        for warning in spec.warnings:
             log.warning(warning)
-        from grpo_exp.train import train
+        from grpo_exp.training.lifecycle import train
 
-        return train(settings, output_dir, identity_from_hydra(), checked, plan.point)
+        return train(spec, JobFolder(output_dir), identity_from_hydra(), plan.point)
     except JobStopped as stop:
         where = f"checkpoint {stop.checkpoint}" if stop.checkpoint else "no checkpoint (grpo.save_steps=0)"
         if stop.handover:  # pre-empted under submitit: its handler requeues the job, which resumes
             log.warning("pre-empted at step %d, %s; the launcher requeues the job", stop.step, where)
             stop.handover()
-        log.warning("stopped at step %d, %s; %s", stop.step, where, continuation(cfg, output_dir))
+        log.warning("stopped at step %d, %s; resume with: %s", stop.step, where, resume_command(output_dir))
         sys.exit(stop.exit_code)
     except KeyboardInterrupt:
-        log.warning("stopped at once; from the last checkpoint, %s", continuation(cfg, output_dir))
+        log.warning("stopped at once; from the last checkpoint, resume with: %s", resume_command(output_dir))
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        (output_dir / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
-        log.error("%s (details: %s)", describe_failure(exc), output_dir / "error.txt")
+        folder = JobFolder(output_dir)
+        folder.write_error(traceback.format_exc())
+        log.error("%s (details: %s)", describe_failure(exc), folder.error)
         if in_sweep:
             return math.nan
         sys.exit(EXIT_USER_ERROR if isinstance(exc, UserError) else EXIT_FAILED)
 
 
-def continuation(cfg: DictConfig, output_dir: Path) -> str:
-    """How a stopped job goes on: the resume command, or why there is none (adaptive runs)."""
-    if OmegaConf.select(cfg, "adaptive.enabled"):
-        return f"an adaptive run can't be resumed yet; its checkpoints stay in {output_dir}"
-    return f"resume with: {resume_command(output_dir)}"
-
-
 def resume_command(output_dir: Path) -> str:
     """The command that continues this job: its folder alone, or for a sweep the sweep's command."""
-    from grpo_exp.tracking import sweep_command
+    from grpo_exp.tracking.wandb_run import sweep_command
 
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:

@@ -1,4 +1,5 @@
-"""Trainer callbacks: recording each logged step, the GRPO progress bar, clean stops, W&B after a resume."""
+"""Every trainer callback of a job: recording each logged step, the GRPO progress bar, W&B after a
+resume, the final evaluation, clean stops, sealed checkpoints and the end of an adaptive stage."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from transformers.integrations import WandbCallback
 from transformers.trainer_callback import ProgressCallback
 
 from grpo_exp.errors import UserError
-from grpo_exp.metrics import append_metrics, is_evaluation
-from grpo_exp.monitor import Alert, HealthMonitor
-from grpo_exp.stops import StopRequest
+from grpo_exp.folder import JobFolder
+from grpo_exp.tracking.metrics import is_evaluation, metrics_row
+from grpo_exp.tracking.monitor import Alert, HealthMonitor
+from grpo_exp.training import checkpoints
+from grpo_exp.training.stops import StopRequest
 
-log = logging.getLogger("grpo_exp.monitor")
+log = logging.getLogger("grpo_exp.tracking.monitor")
 
 # A NaN in these means the run has diverged: every later step would be wasted compute.
 DIVERGENCE_KEYS = ("loss", "grad_norm")
@@ -30,8 +33,8 @@ class JobCallback(TrainerCallback):
     ``finish``: run the monitor's end-of-run checks when training ends (not at the end of an adaptive
     run's intermediate stages, which the next stage continues)."""
 
-    def __init__(self, metrics_path: Path, monitor: HealthMonitor, run: Any | None = None, finish: bool = True) -> None:
-        self.metrics_path = metrics_path
+    def __init__(self, folder: JobFolder, monitor: HealthMonitor, run: Any | None = None, finish: bool = True) -> None:
+        self.folder = folder
         self.monitor = monitor
         self.run = run
         self.finish = finish
@@ -40,7 +43,7 @@ class JobCallback(TrainerCallback):
         if not logs:
             return
         if state.is_world_process_zero:
-            append_metrics(self.metrics_path, state.global_step, logs)
+            self.folder.append_row(metrics_row(state.global_step, logs))
             if not is_evaluation(logs):  # the health checks watch training; held-out scores are their own rows
                 self._report(self.monitor.observe(state.global_step, logs))
         if any(isinstance(logs.get(k), float) and math.isnan(logs[k]) for k in DIVERGENCE_KEYS):
@@ -108,5 +111,41 @@ class StopCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.request.signum is not None:
+            control.should_save = True
+            control.should_training_stop = True
+
+
+class CheckpointSeal(TrainerCallback):
+    """Seals each checkpoint the trainer finishes (``checkpoints.seal``) with the monitor's state."""
+
+    def __init__(self, monitor: HealthMonitor) -> None:
+        self.monitor = monitor
+
+    def on_step_end(self, args, state, control, **kwargs):
+        # The last step is always checkpointed, so a finished run can be extended (grpo.max_steps).
+        if args.save_strategy != "no" and state.global_step >= state.max_steps > 0:
+            control.should_save = True
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            path = JobFolder(Path(args.output_dir)).checkpoint(state.global_step)
+            checkpoints.seal(path, state.global_step, {"monitor": self.monitor.state_dict()})
+
+
+class StageBounds(TrainerCallback):
+    """Ends an adaptive stage at its last step with a checkpoint, which the next stage resumes from.
+
+    The trainer state restored from the previous stage's checkpoint still names that stage's batch
+    size; it is set to this stage's, so each checkpoint records the batch it was trained with.
+    """
+
+    def __init__(self, end: int) -> None:
+        self.end = end
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        state.train_batch_size = args.train_batch_size
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.end:
             control.should_save = True
             control.should_training_stop = True

@@ -3,33 +3,24 @@
 transformers writes a checkpoint (weights or LoRA adapter, optimizer, scheduler, RNG states,
 trainer state with the data position) file by file, in place: a job killed while saving leaves a
 folder that looks like a checkpoint and isn't one. Once the trainer has finished a checkpoint,
-``CheckpointSeal`` writes ``grpo_exp_state.json`` into it, atomically: our own state (the health
-monitor's windows and alerts, the W&B run) and the size of every file. A folder without the seal,
-or whose files no longer match it, is passed over for the one before, with a warning.
+``seal`` (called by ``callbacks.CheckpointSeal``) writes ``grpo_exp_state.json`` into it,
+atomically: our own state (the health monitor's windows and alerts) and the size of every file.
+A folder without the seal, or whose files no longer match it, is passed over for the one before,
+with a warning.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
-
-from grpo_exp.monitor import HealthMonitor
+from grpo_exp.folder import DAMAGED_PREFIX, SEAL_FILE, JobFolder, write_json
 
 log = logging.getLogger("grpo_exp")
-
-SEAL_FILE = "grpo_exp_state.json"
-_FOLDER = re.compile(r"^checkpoint-(\d+)$")
-# A damaged checkpoint is renamed, not deleted, so nothing written is lost and TRL's rotation
-# (which globs ``checkpoint-*``) no longer counts it.
-DAMAGED_PREFIX = "damaged-"
 
 
 @dataclass
@@ -39,10 +30,16 @@ class Checkpoint:
     state: dict[str, Any] = field(default_factory=dict)
 
 
-def folders(job_dir: Path) -> list[tuple[int, Path]]:
-    """The job's checkpoint folders, newest first."""
-    found = [(int(m.group(1)), p) for p in job_dir.glob("checkpoint-*") if (m := _FOLDER.match(p.name)) and p.is_dir()]
-    return sorted(found, reverse=True)
+@dataclass
+class ResumePoint:
+    """Where a resumed job starts: a checkpoint (None: step 0) and what the job folder recorded."""
+
+    checkpoint: Checkpoint | None
+    run_info: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        return self.checkpoint.step if self.checkpoint else 0
 
 
 def problem(path: Path) -> str | None:
@@ -67,7 +64,7 @@ def problem(path: Path) -> str | None:
 
 def latest(job_dir: Path, set_aside: bool = False) -> Checkpoint | None:
     """The newest whole checkpoint; damaged newer ones are reported (and renamed if ``set_aside``)."""
-    for step, path in folders(job_dir):
+    for step, path in JobFolder(job_dir).checkpoints():
         reason = problem(path)
         if reason is None:
             state = json.loads((path / SEAL_FILE).read_text(encoding="utf-8"))
@@ -78,36 +75,11 @@ def latest(job_dir: Path, set_aside: bool = False) -> Checkpoint | None:
     return None
 
 
-class CheckpointSeal(TrainerCallback):
-    """Seals each checkpoint the trainer finishes with our state and its files' sizes."""
-
-    def __init__(self, monitor: HealthMonitor, extra: dict[str, Any] | None = None) -> None:
-        self.monitor = monitor
-        self.extra = extra or {}  # e.g. the W&B run id, so a resumed job continues the same run
-
-    def on_step_end(self, args, state, control, **kwargs):
-        # The last step is always checkpointed, so a finished run can be extended (grpo.max_steps).
-        if args.save_strategy != "no" and state.global_step >= state.max_steps > 0:
-            control.should_save = True
-
-    def on_save(self, args, state, control, **kwargs):
-        if not state.is_world_process_zero:
-            return
-        path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        files = {p.relative_to(path).as_posix(): p.stat().st_size for p in path.rglob("*") if p.is_file()}
-        files.pop(SEAL_FILE, None)
-        seal = {"step": state.global_step, "monitor": self.monitor.state_dict(), **self.extra, "files": files}
-        _write_atomic(path / SEAL_FILE, json.dumps(seal, indent=1))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write a file so readers see the old content or the new one, never half of it."""
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, path)
+def seal(path: Path, step: int, state: dict[str, Any]) -> None:
+    """Mark the finished checkpoint ``path`` whole: our ``state`` and the size of each of its files."""
+    files = {p.relative_to(path).as_posix(): p.stat().st_size for p in path.rglob("*") if p.is_file()}
+    files.pop(SEAL_FILE, None)
+    write_json(path / SEAL_FILE, {"step": step, **state, "files": files})
 
 
 def _safetensors_whole(path: Path) -> bool:

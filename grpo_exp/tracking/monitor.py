@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from grpo_exp.config import MonitorSettings
+from grpo_exp.config.schema import MonitorSettings
 
 PART_PREFIX, GROUP_STD_SUFFIX = "rewards/", "/group_std"  # the key compose.WeightedReward logs
 

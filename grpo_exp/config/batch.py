@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import math
 
-from grpo_exp import hardware
-from grpo_exp.config import ExperimentConfig, HoldFixed
+from grpo_exp.config.schema import ExperimentConfig, HoldFixed
 from grpo_exp.errors import UserError
 
 # The article: groups below 4 leave too little diversity for the in-group comparison.
@@ -20,17 +19,18 @@ MIN_ADVISED_GROUP = 4
 SUGGESTIONS = 3
 
 
-def size_batch(cfg: ExperimentConfig) -> list[str]:
-    """Set ``grpo.per_device_train_batch_size`` and check the generation batch; returns advice."""
+def size_batch(cfg: ExperimentConfig, processes: int) -> list[str]:
+    """Set ``grpo.per_device_train_batch_size`` and check the generation batch of ``processes`` training
+    processes; returns advice."""
     grpo = cfg.grpo
     group = grpo.num_generations
     if group < 2:
         raise UserError(f"grpo.num_generations={group}: GRPO compares completions within a group, use 4-8")
     if grpo.per_device_train_batch_size is None:
-        grpo.per_device_train_batch_size = _derived(cfg)
+        grpo.per_device_train_batch_size = _derived(cfg, processes)
     if grpo.per_device_train_batch_size < 1:
         raise UserError(f"grpo.per_device_train_batch_size={grpo.per_device_train_batch_size} must be at least 1")
-    completions = generation_batch(cfg)
+    completions = generation_batch(cfg, processes)
     if completions % group:
         raise UserError(
             f"each generation batch holds {completions} completions (grpo.per_device_train_batch_size x "
@@ -45,16 +45,16 @@ def size_batch(cfg: ExperimentConfig) -> list[str]:
     return []
 
 
-def generation_batch(cfg: ExperimentConfig) -> int:
+def generation_batch(cfg: ExperimentConfig, processes: int) -> int:
     """Completions TRL generates at once, as GRPOConfig computes it."""
     grpo = cfg.grpo
     if grpo.generation_batch_size is not None:
         return grpo.generation_batch_size
     steps = grpo.steps_per_generation or cfg.optimizer.gradient_accumulation_steps
-    return grpo.per_device_train_batch_size * hardware.world_size() * steps
+    return grpo.per_device_train_batch_size * processes * steps
 
 
-def _derived(cfg: ExperimentConfig) -> int:
+def _derived(cfg: ExperimentConfig, processes: int) -> int:
     """The per-device batch that keeps ``hold_fixed`` equal across group sizes."""
     grpo, hold = cfg.grpo, cfg.grpo.hold_fixed
     if hold is HoldFixed.none:
@@ -70,7 +70,7 @@ def _derived(cfg: ExperimentConfig) -> int:
             f"grpo.hold_fixed=completions: {completions} completions per step don't split into groups of "
             f"grpo.num_generations={group}; group sizes that fit: {', '.join(map(str, fits))}"
         )
-    share = cfg.optimizer.gradient_accumulation_steps * hardware.world_size()
+    share = cfg.optimizer.gradient_accumulation_steps * processes
     if completions % share:
         raise UserError(
             f"grpo.hold_fixed={hold}: {completions} completions per step don't split evenly over "
@@ -93,14 +93,14 @@ def _fixes(cfg: ExperimentConfig, completions: int) -> str:
     return fix + ", or drop the batch size and let grpo.hold_fixed=prompts size it per group"
 
 
-def eval_batch(cfg: ExperimentConfig, prompts: int) -> int:
+def eval_batch(cfg: ExperimentConfig, prompts: int, processes: int) -> int:
     """The per-device evaluation batch: whole groups, splitting the ``prompts`` held-out prompts evenly.
 
     TRL scores held-out prompts per group, and its ``eval/reward`` is the mean of the batches' means,
     so a short last batch would weigh more than its share: of the batch sizes that divide the held-out
     set evenly, the one nearest ``grpo.per_device_eval_batch_size`` (ties: the larger, fewer batches).
     """
-    group, world = cfg.grpo.num_generations_eval or cfg.grpo.num_generations, hardware.world_size()
+    group, world = cfg.grpo.num_generations_eval or cfg.grpo.num_generations, processes
     wanted = cfg.grpo.per_device_eval_batch_size * world / group  # prompts per evaluation batch, all devices
     even = [k for k in range(1, prompts + 1) if prompts % k == 0 and k * group % world == 0]
     if not even:  # the devices can't share any even split: whole groups per device, as close as they come

@@ -38,26 +38,6 @@ VllmImportanceSamplingMode = StrEnum(
     "VllmImportanceSamplingMode", {v: v for v in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")}
 )
 
-# GRPOConfig fields another key sets: a user typing grpo.<field> is pointed there.
-SET_ELSEWHERE: dict[str, str] = {
-    "output_dir": "the job folder (hydra.run.dir)",
-    "seed": "seed",
-    "use_cpu": "device",
-    "report_to": "logger.backend",
-    "run_name": "logger.name",
-    "reward_weights": "reward.parts.<name>.weight",
-    "trust_remote_code": "model.trust_remote_code",
-    "model_init_kwargs": "model.*",
-    "learning_rate": "optimizer.lr",
-    "optim": "optimizer.name",
-    "weight_decay": "optimizer.weight_decay",
-    "warmup_steps": "optimizer.warmup_steps",
-    "lr_scheduler_type": "optimizer.scheduler",
-    "max_grad_norm": "optimizer.max_grad_norm",
-    "gradient_accumulation_steps": "optimizer.gradient_accumulation_steps",
-    "adam_beta1": "optimizer.adam_beta1",
-    "adam_beta2": "optimizer.adam_beta2",
-}
 # GRPOConfig fields OmegaConf cannot type; not settable from the config.
 NOT_EXPOSED: tuple[str, ...] = ("parallelism_config",)
 

@@ -1,0 +1,209 @@
+"""The config's own rules, checked before anything heavy is imported: one range table, then the
+rules that tie keys together. Each failure is a one-line ``UserError`` naming the key and the fix.
+
+Choice fields need no check here: they are enums in the schema. What needs the rest of the project
+(the model source, the data's columns, the reward functions) is checked where the job spec is
+built (``config.spec``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from operator import attrgetter
+
+from grpo_exp.config import batch
+from grpo_exp.config.schema import ExperimentConfig, HoldFixed, TinyRecipe
+from grpo_exp.errors import UserError
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An allowed interval; ``None`` ends are open-ended, ``*_open`` ends exclude the value.
+
+    ``why``: the message for a value outside it, formatted with ``key``, ``value`` and ``bound``
+    (by default "is out of range: it must lie in ...")."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    why: str = "{key}={value} is out of range: it must lie in {bound}"
+
+    def admits(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def __str__(self) -> str:
+        low = "-inf" if self.low is None else f"{self.low:g}"
+        high = "inf" if self.high is None else f"{self.high:g}"
+        opening = "(" if self.low_open or self.low is None else "["
+        closing = ")" if self.high_open or self.high is None else "]"
+        return f"{opening}{low}, {high}{closing}"
+
+
+POSITIVE = Bound(0, low_open=True)
+NON_NEGATIVE = Bound(0)
+AT_LEAST_ONE = Bound(1)
+SHARE = Bound(0, 1)
+COUNT = Bound(1, why="{key}={value} must be at least 1")
+WARMUP_SHARE = Bound(0, 1, why="{key} is {value}: a share of the warm-up replies, between 0 and 1")
+
+# Where TRL, the optimiser or common sense bound a value (None values are skipped: "not set").
+RANGES: dict[str, Bound] = {
+    "seed": NON_NEGATIVE,
+    "threads": AT_LEAST_ONE,
+    "optimizer.lr": POSITIVE,
+    "optimizer.weight_decay": NON_NEGATIVE,
+    "optimizer.warmup_steps": NON_NEGATIVE,
+    "optimizer.max_grad_norm": NON_NEGATIVE,
+    "optimizer.gradient_accumulation_steps": AT_LEAST_ONE,
+    "optimizer.adam_beta1": Bound(0, 1, high_open=True),
+    "optimizer.adam_beta2": Bound(0, 1, high_open=True),
+    "grpo.prompts_per_step": AT_LEAST_ONE,
+    "grpo.completions_per_step": Bound(2),
+    "grpo.max_completion_length": AT_LEAST_ONE,
+    "grpo.temperature": POSITIVE,
+    "grpo.top_p": Bound(0, 1, low_open=True),
+    "grpo.top_k": NON_NEGATIVE,
+    "grpo.min_p": SHARE,
+    "grpo.repetition_penalty": POSITIVE,
+    "grpo.beta": NON_NEGATIVE,
+    "grpo.epsilon": POSITIVE,
+    "grpo.epsilon_high": POSITIVE,
+    "grpo.delta": POSITIVE,
+    "grpo.num_iterations": AT_LEAST_ONE,
+    "grpo.num_train_epochs": POSITIVE,
+    "grpo.logging_steps": POSITIVE,
+    "grpo.save_steps": NON_NEGATIVE,
+    "grpo.save_total_limit": AT_LEAST_ONE,
+    "grpo.steps_per_generation": AT_LEAST_ONE,
+    "grpo.generation_batch_size": AT_LEAST_ONE,
+    "grpo.vllm_gpu_memory_utilization": Bound(0, 1, low_open=True),
+    "grpo.ref_model_mixup_alpha": SHARE,
+    "grpo.ref_model_sync_steps": AT_LEAST_ONE,
+    "grpo.top_entropy_quantile": SHARE,
+    "grpo.num_completions_to_print": NON_NEGATIVE,
+    "dataset.max_prompt_tokens": AT_LEAST_ONE,
+    "dataset.num_samples": AT_LEAST_ONE,
+    "dataset.eval_fraction": Bound(0, 1, high_open=True),
+    "model.lora.r": AT_LEAST_ONE,
+    "model.lora.dropout": Bound(0, 1, high_open=True),
+    "monitor.kl_threshold": NON_NEGATIVE,
+    "monitor.min_reward_std": NON_NEGATIVE,
+    "monitor.max_zero_std_fraction": SHARE,
+    "monitor.min_improvement": NON_NEGATIVE,
+    "monitor.window": AT_LEAST_ONE,
+    "adaptive.interval": COUNT,
+    "adaptive.samples_per_prompt": Bound(
+        2, why="adaptive.samples_per_prompt={value}: a success rate needs at least 2 samples"
+    ),
+    "adaptive.generation_batch": COUNT,
+    "adaptive.profile_prompts": COUNT,
+    "adaptive.min_generations": Bound(
+        2, why="adaptive.min_generations={value}: GRPO compares completions within a group, use 4 or more"
+    ),
+    "adaptive.target_mixed_share": Bound(
+        0,
+        1,
+        low_open=True,
+        high_open=True,
+        why="adaptive.target_mixed_share={value} must lie in (0, 1), e.g. 0.8 "
+        "(the wanted share of groups whose completions don't all score alike)",
+    ),
+    "model.recipe.writing_chars": Bound(
+        0,
+        why="model.recipe.writing_chars is {value}: the length warm-up writing replies end near, "
+        "in characters; 0 keeps the passages as they are",
+    ),
+    **{f"model.recipe.{f.name}": WARMUP_SHARE for f in dataclasses.fields(TinyRecipe) if f.name.endswith("_share")},
+}
+# Sections whose keys only count while they are in use: an adaptive block that is off, or a model
+# without a warm-up recipe, is not checked.
+IN_USE: dict[str, Callable[[ExperimentConfig], bool]] = {
+    "adaptive.": lambda cfg: cfg.adaptive.enabled,
+    "model.recipe.": lambda cfg: cfg.model.recipe is not None,
+}
+
+
+def check(cfg: ExperimentConfig) -> None:
+    """Raise ``UserError`` for the first value out of its range or keys that can't go together."""
+    skipped = tuple(prefix for prefix, used in IN_USE.items() if not used(cfg))
+    for key, bound in RANGES.items():
+        if key.startswith(skipped):
+            continue
+        value = attrgetter(key)(cfg)
+        if value is not None and not bound.admits(value):
+            raise UserError(bound.why.format(key=key, value=value, bound=bound))
+    if cfg.grpo.max_steps == 0 or cfg.grpo.max_steps < -1:
+        raise UserError(
+            f"grpo.max_steps={cfg.grpo.max_steps}: give a positive step count, or -1 to run grpo.num_train_epochs"
+        )
+    if cfg.model.quantization.load_in_4bit and not cfg.model.lora.enabled:
+        raise UserError("4-bit weights can't be trained directly: add model.lora.enabled=true (QLoRA)")
+    recipe = cfg.model.recipe
+    if recipe is not None and recipe.answer_share + recipe.cover_share > 1:
+        raise UserError(
+            f"model.recipe.answer_share ({recipe.answer_share}) + cover_share ({recipe.cover_share}) is over 1: "
+            "they are shares of the same customer-service replies; lower one of them"
+        )
+    if cfg.adaptive.enabled:
+        _check_adaptive(cfg)
+
+
+def _check_adaptive(cfg: ExperimentConfig) -> None:
+    a = cfg.adaptive
+    if a.max_generations < a.min_generations:
+        raise UserError(
+            f"adaptive.max_generations={a.max_generations} is below adaptive.min_generations={a.min_generations}: "
+            "raise max_generations or lower min_generations"
+        )
+    if cfg.grpo.max_steps <= 0:
+        raise UserError("adaptive.enabled=true trains in stages of adaptive.interval steps: set grpo.max_steps")
+    if cfg.grpo.hold_fixed is HoldFixed.none:
+        raise UserError(
+            "adaptive.enabled=true sizes the batch for each group size: use grpo.hold_fixed=prompts or completions"
+        )
+
+
+def allowed_groups(cfg: ExperimentConfig, processes: int) -> list[int]:
+    """Group sizes within the adaptive bounds for which ``grpo.hold_fixed`` derives a batch of whole groups."""
+    return [
+        g for g in range(cfg.adaptive.min_generations, cfg.adaptive.max_generations + 1) if _fits(cfg, g, processes)
+    ]
+
+
+def check_groups(cfg: ExperimentConfig, processes: int) -> tuple[int, ...]:
+    """The adaptive run's allowed group sizes (empty when it is off); a one-line error when there are none."""
+    if not cfg.adaptive.enabled:
+        return ()
+    sizes = allowed_groups(cfg, processes)
+    if not sizes:
+        a = cfg.adaptive
+        raise UserError(
+            f"no group size in adaptive.min_generations..max_generations = {a.min_generations}..{a.max_generations} "
+            f"splits the batch into whole groups (grpo.hold_fixed={cfg.grpo.hold_fixed}): widen the bounds or "
+            "use grpo.hold_fixed=prompts"
+        )
+    return tuple(sizes)
+
+
+def with_group(cfg: ExperimentConfig, group: int, processes: int) -> ExperimentConfig:
+    """A copy of ``cfg`` whose stage uses ``group`` completions per prompt, with its batch derived anew."""
+    grpo = dataclasses.replace(cfg.grpo, num_generations=group, per_device_train_batch_size=None)
+    stage = dataclasses.replace(cfg, grpo=grpo)
+    batch.size_batch(stage, processes)
+    return stage
+
+
+def _fits(cfg: ExperimentConfig, group: int, processes: int) -> bool:
+    try:
+        with_group(cfg, group, processes)
+    except UserError:
+        return False
+    return True

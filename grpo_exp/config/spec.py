@@ -1,0 +1,62 @@
+"""The job spec: what one job runs with, settled before anything heavy loads.
+
+A composed config becomes a spec in four steps, each once:
+
+1. check: the schema's types (``loading``), then the ranges and the rules between keys (``checks``);
+2. derive: the layout (device, precision, processes) and the batch that holds whole groups;
+3. resolve: the model source (path and cache key), the data's columns;
+4. build: the reward functions, whose columns are checked against the data's.
+
+Everything after it (the trainer, the lifecycle, W&B, the summary) reads the spec and checks
+nothing again. The spec is frozen; its ``settings`` are the derived config as run (the batch size
+filled in) and are not to be changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grpo_exp import data, models
+from grpo_exp.config import batch, checks, layout
+from grpo_exp.config.layout import Layout
+from grpo_exp.config.schema import ExperimentConfig
+from grpo_exp.errors import UserError
+from grpo_exp.models import ModelSource
+from grpo_exp.rewards.compose import WeightedReward, build_rewards, required_columns
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    settings: ExperimentConfig
+    layout: Layout
+    model: ModelSource
+    rewards: tuple[WeightedReward, ...]
+    weights: tuple[float, ...]
+    groups: tuple[int, ...]  # the group sizes an adaptive run may choose from (empty when it is off)
+    warnings: tuple[str, ...]  # the article's advice that does not stop a run
+
+
+def build_spec(settings: ExperimentConfig) -> JobSpec:
+    """Check, derive, resolve and build; a one-line ``UserError`` for the first problem."""
+    checks.check(settings)
+    where = layout.decide(settings)
+    warnings = batch.size_batch(settings, where.processes)
+    groups = checks.check_groups(settings, where.processes)
+    warnings += layout.check_hardware(settings, where)
+    model = models.resolve(settings.model)
+    columns = data.check_dataset(settings.dataset)
+    rewards, weights = build_rewards(settings.reward)
+    if columns is not None:
+        _check_columns(rewards, columns, settings.dataset.name or settings.dataset.path)
+    return JobSpec(settings, where, model, tuple(rewards), tuple(weights), groups, tuple(warnings))
+
+
+def _check_columns(rewards: list[WeightedReward], columns: set[str], source: str | None) -> None:
+    """A reward naming a column the data lacks would fail only at its first call, after the model loads."""
+    for reward in rewards:
+        lacking = sorted(required_columns(reward) - columns)
+        if lacking:
+            raise UserError(
+                f"reward part {reward.__name__!r} ({reward.spec}) needs the column {lacking[0]!r}, which {source} "
+                f"lacks; its columns: {', '.join(sorted(columns))}"
+            )

@@ -1,0 +1,255 @@
+"""The job folder: what it holds, under which names, and how each file is read and written.
+
+The job folder is how training, resume, the sweep report and the dashboard talk to each other,
+so every name is here and nowhere else:
+
+- ``config.yaml``: the config as run, derived values included (what ``resume=`` continues);
+- ``metrics.jsonl``: one JSON object per logging step (and per held-out evaluation, per profile);
+- ``summary.json``: how the job ended and its figures, written when it ends, stops or fails;
+- ``run_info.json``: provenance, the model's source, the W&B run to continue, each resume;
+- ``adaptive_profiles.jsonl``: an adaptive run's profile and choice before each stage;
+- ``error.txt``: the traceback of a failed job;
+- ``checkpoint-<step>/`` (sealed by ``grpo_exp_state.json``), ``model/``, ``wandb/``;
+- ``.hydra/overrides.yaml``: Hydra's record of the job's overrides.
+
+A sweep folder holds its jobs and Hydra's ``multirun.yaml``; the report goes to ``report/``.
+
+Whole files are written atomically (a reader sees the old content or the new, never half), and
+JSON Lines files are appended line by line; readers skip a line a kill cut short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+RUN_INFO_FILE = "run_info.json"
+PROFILES_FILE = "adaptive_profiles.jsonl"
+ERROR_FILE = "error.txt"
+OVERRIDES_FILE = ".hydra/overrides.yaml"
+MODEL_DIR = "model"
+WANDB_DIR = "wandb"
+OFFLINE_RUNS = "offline-run-*"
+CHECKPOINT_PREFIX = "checkpoint-"
+SEAL_FILE = "grpo_exp_state.json"
+# A damaged checkpoint is renamed, not deleted, so nothing written is lost and TRL's rotation
+# (which globs ``checkpoint-*``) no longer counts it.
+DAMAGED_PREFIX = "damaged-"
+MULTIRUN_FILE = "multirun.yaml"
+REPORT_DIR = "report"
+
+_CHECKPOINT = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
+_TORN = 1 << 62  # the step given to a line cut short by a kill: never kept by a rewind
+
+
+@dataclass(frozen=True)
+class JobFolder:
+    """One job's folder (it need not exist yet)."""
+
+    path: Path
+
+    @property
+    def config(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / METRICS_FILE
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / SUMMARY_FILE
+
+    @property
+    def run_info_file(self) -> Path:
+        return self.path / RUN_INFO_FILE
+
+    @property
+    def profiles_file(self) -> Path:
+        return self.path / PROFILES_FILE
+
+    @property
+    def error(self) -> Path:
+        return self.path / ERROR_FILE
+
+    @property
+    def overrides(self) -> Path:
+        return self.path / OVERRIDES_FILE
+
+    @property
+    def model(self) -> Path:
+        return self.path / MODEL_DIR
+
+    @property
+    def wandb(self) -> Path:
+        return self.path / WANDB_DIR
+
+    def holds_run(self) -> bool:
+        """Whether a job has trained here before (Hydra's own files alone don't count)."""
+        return self.metrics.exists() or self.summary_file.exists() or bool(self.checkpoints())
+
+    def holds_job_files(self) -> bool:
+        """Whether any of a job's own files is here (the report's test for a job folder)."""
+        files = (self.summary_file, self.metrics, self.config, self.error, self.overrides)
+        return any(path.is_file() for path in files)
+
+    def checkpoints(self) -> list[tuple[int, Path]]:
+        """The checkpoint folders, newest first."""
+        found = [
+            (int(m.group(1)), p) for p in self.path.glob(f"{CHECKPOINT_PREFIX}*") if (m := _CHECKPOINT.match(p.name))
+        ]
+        return sorted(((step, p) for step, p in found if p.is_dir()), reverse=True)
+
+    def checkpoint(self, step: int) -> Path:
+        return self.path / f"{CHECKPOINT_PREFIX}{step}"
+
+    def offline_runs(self) -> list[Path]:
+        """W&B's offline run folders, oldest first (a resumed offline run adds one)."""
+        return sorted(self.wandb.glob(OFFLINE_RUNS))
+
+    def summary(self) -> dict[str, Any] | None:
+        return read_json(self.summary_file)
+
+    def run_info(self) -> dict[str, Any]:
+        return read_json(self.run_info_file) or {}
+
+    def write_config(self, text: str) -> None:
+        write_text(self.config, text)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        write_json(self.summary_file, summary)
+
+    def write_run_info(self, info: dict[str, Any]) -> None:
+        write_json(self.run_info_file, info)
+
+    def write_error(self, text: str) -> None:
+        write_text(self.error, text)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every whole row of ``metrics.jsonl``, in order."""
+        return read_rows(self.metrics)[0]
+
+    def append_row(self, row: dict[str, Any]) -> None:
+        append_line(self.metrics, row)
+
+    def profiles(self) -> list[dict[str, Any]]:
+        """An adaptive run's profiles, oldest first."""
+        return read_rows(self.profiles_file)[0]
+
+    def append_profile(self, entry: dict[str, Any]) -> None:
+        append_line(self.profiles_file, entry)
+
+    def rewind(self, step: int) -> None:
+        """Keep the rows of steps up to ``step`` (metrics and profiles): the steps after it are trained again."""
+        for path in (self.metrics, self.profiles_file):
+            if path.is_file():
+                kept = [line for line in path.read_text(encoding="utf-8").splitlines() if _row_step(line) <= step]
+                write_text(path, "".join(line + "\n" for line in kept))
+
+
+def sweep_jobs(sweep_dir: Path) -> list[Path]:
+    """The job folders of a sweep (its subfolders with a job's files): Hydra's numbered ones first, in job order.
+
+    Hidden folders (a run's ``.hydra`` holds a ``config.yaml`` too) and the report are not jobs.
+    """
+    jobs = [
+        p
+        for p in sweep_dir.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and p.name != REPORT_DIR and JobFolder(p).holds_job_files()
+    ]
+    return sorted(jobs, key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name))
+
+
+def numbered_jobs(sweep_dir: Path) -> list[Path]:
+    """Hydra's numbered job folders (``0/``, ``1/``, ...) in job order, whatever they hold so far.
+
+    Unlike ``sweep_jobs`` a job needs none of its own files yet: one that only opened its W&B run counts.
+    """
+    return sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+
+
+def multirun_file(sweep_dir: Path) -> Path:
+    """Hydra's record of the sweep (its command line and sweeper settings), written before any job runs."""
+    return sweep_dir / MULTIRUN_FILE
+
+
+def report_dir(sweep_dir: Path) -> Path:
+    return sweep_dir / REPORT_DIR
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``; None when it is absent, torn or not an object."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_yaml(path: Path) -> Any:
+    """The YAML document in ``path``; None when it is absent or unreadable."""
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+
+
+def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The JSON objects of a JSON Lines file, and how many lines were torn (not JSON objects)."""
+    if not path.is_file():
+        return [], 0
+    rows, torn = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            torn += 1
+    return rows, torn
+
+
+def append_line(path: Path, row: dict[str, Any]) -> None:
+    """One JSON object as one line, appended and flushed in one write."""
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row) + "\n")
+
+
+def write_json(path: Path, value: Any) -> None:
+    write_text(path, json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``path`` so readers see the old content or the new one, never half of it."""
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, path)
+
+
+def write_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    """A whole JSON Lines file, atomically."""
+    write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
+
+
+def _row_step(line: str) -> int:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return _TORN

@@ -1,0 +1,1 @@
+"""The command around Hydra: the preflight of every job, one job's run, its resume plan, its folder."""

@@ -1,0 +1,181 @@
+"""One job's lifecycle, the same for a plain run and an adaptive one: a schedule of stages.
+
+``train`` writes the job folder's records (``config.yaml``, ``run_info.json``), opens the W&B run,
+then for each stage of the schedule (``schedule``: one stage for a plain run, several for an
+adaptive one) builds a trainer and trains it, continuing the previous stage's checkpoint. It stops
+cleanly on a signal (``stops``), saves the model, and always writes ``summary.json`` and the W&B
+summary. A resumed job (``checkpoints.ResumePoint``) continues all of these where its checkpoint left them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import time
+from concurrent.futures import Future
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from grpo_exp.config.spec import JobSpec
+from grpo_exp.errors import describe_failure
+from grpo_exp.folder import JobFolder
+from grpo_exp.tracking import provenance
+from grpo_exp.tracking.metrics import objective_value, read_eval_metrics, read_metrics, summarize, summarize_eval
+from grpo_exp.tracking.monitor import HealthMonitor
+from grpo_exp.tracking.outcome import format_outcome
+from grpo_exp.tracking.wandb_run import RunIdentity, continue_history, resolve_mode, view_hint, wandb_run
+from grpo_exp.training import checkpoints
+from grpo_exp.training.checkpoints import ResumePoint
+from grpo_exp.training.schedule import schedule_for
+from grpo_exp.training.stops import JobStopped, StopRequest
+from grpo_exp.training.trainer import build_trainer
+
+
+def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: ResumePoint | None = None) -> float:
+    """Run the job (or continue it from ``point``); returns its ``objective`` (NaN when there is none).
+
+    Raises ``JobStopped`` after a clean stop (a signal), once the checkpoint, model and summary are saved.
+    """
+    started = time.perf_counter()
+    settings, primary = spec.settings, spec.layout.primary  # with several processes, one logs and writes files
+    folder.path.mkdir(parents=True, exist_ok=True)
+    resolved = dataclasses.asdict(settings)  # as run: derived values (e.g. the batch size) included
+    monitor = HealthMonitor(settings.monitor)
+    outcome: dict[str, Any] = {"status": "failed"}
+    if point:
+        outcome["resumed_from"] = point.step
+        if point.checkpoint:
+            monitor.load_state_dict(point.checkpoint.state.get("monitor", {}))
+        if primary:
+            folder.rewind(point.step)
+        known = point.run_info.get("wandb", {})
+        identity = dataclasses.replace(identity, name=known.get("name", identity.name), group=known.get("group"))
+    record = provenance.record(settings.seed, provenance.device_name(spec.layout.gpu))
+    info = _run_info(point, record, spec)
+    if primary:
+        folder.write_config(OmegaConf.to_yaml(resolved))
+        folder.write_run_info(info)  # before the model loads: a job killed then still has its record
+    logger = settings.logger if primary else dataclasses.replace(settings.logger, backend="none")
+    mode = resolve_mode(logger)
+    stop = StopRequest()
+    schedule = schedule_for(spec, folder, point, stop)
+    hint = None
+    config = {**resolved, "provenance": record}
+    run_id = info.get("wandb", {}).get("id")
+    with wandb_run(logger, identity, config, folder.path, run_id, gpu=spec.layout.gpu) as opening:
+        run, trainer = None, None
+        try:
+            with stop.listening():
+                sent = None
+                while (stage := schedule.next_stage(trainer)) is not None:
+                    trainer = None  # the previous stage's model goes before the next one loads
+                    gc.collect()
+                    trainer = build_trainer(spec, stage, folder, monitor, stop, tracked=opening is not None)
+                    if sent is None:  # W&B opened while the model loaded
+                        run, sent, hint = _join_wandb(opening, info, folder, mode, point, primary)
+                        outcome["startup_s"] = round(time.perf_counter() - started, 2)
+                    schedule.publish(run)
+                    _follow(trainer, run, sent)
+                    if stop.signum is not None:
+                        break  # stopped while the stage was being built: nothing to train
+                    trainer.train(resume_from_checkpoint=str(stage.resume_from.path) if stage.resume_from else None)
+            if settings.save_model and trainer is not None:
+                trainer.save_model(str(folder.model))
+            outcome["status"] = "completed" if stop.signum is None else "interrupted"
+        except BaseException as exc:
+            outcome["error"] = describe_failure(exc)
+            outcome["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            raise
+        finally:
+            outcome["wall_time_s"] = round(time.perf_counter() - started, 2)
+            summary = _summary(settings, folder, monitor, identity, outcome, write=primary)
+            run = run or _opened(opening)
+            if run is not None:
+                run.summary.update({f"summary/{k}": v for k, v in summary.items() if _scalar(v)})
+        if stop.signum is not None:
+            if run is not None:
+                run.mark_preempting()
+            latest = checkpoints.latest(folder.path)
+            raise JobStopped(stop.exit_code, summary["steps"], str(latest.path) if latest else None, stop.handover())
+    if primary:
+        print(format_outcome(summary, folder.path, hint), flush=True)
+    value = summary.get("objective_value")
+    return float(value) if value is not None else float("nan")
+
+
+def _join_wandb(
+    opening: Future | None,
+    info: dict[str, Any],
+    folder: JobFolder,
+    mode: str,
+    point: ResumePoint | None,
+    primary: bool,
+) -> tuple[Any, int, str | None]:
+    """Wait for the W&B run opening in the background; record its id in ``run_info.json`` and, after
+    a resume, join its history to the stopped run's. Returns the run, the last step W&B holds, and
+    how to see the run (None/0/None when tracking is off)."""
+    if opening is None:
+        return None, 0, None
+    run = opening.result()
+    info["wandb"] = {"id": run.id, "name": run.name, "group": run.group, "project": run.project}
+    if primary:
+        folder.write_run_info(info)
+    sent = 0
+    if point:
+        sent = continue_history(run, mode, folder.path, point.step, read_metrics(folder.metrics))
+    return run, sent, view_hint(run, mode, folder.path)
+
+
+def _follow(trainer: Any, run: Any, sent_step: int) -> None:
+    """Hand the opened W&B run to the trainer: alerts go to its summary, and after a resume the
+    steps W&B holds already (up to ``sent_step``) are not sent twice."""
+    from transformers.integrations import WandbCallback
+
+    from grpo_exp.training.callbacks import JobCallback, ResumedWandbCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, JobCallback):
+            callback.run = run
+    if sent_step:
+        trainer.remove_callback(WandbCallback)
+        trainer.add_callback(ResumedWandbCallback(sent_step))
+
+
+def _opened(opening: Future | None) -> Any:
+    """The W&B run, once its opening has ended; None when tracking is off or it failed to open."""
+    return opening.result() if opening is not None and opening.exception() is None else None
+
+
+def _summary(
+    settings: Any, folder: JobFolder, monitor: HealthMonitor, identity: RunIdentity, outcome: dict, write: bool
+) -> dict[str, Any]:
+    rows = read_metrics(folder.metrics)
+    evaluation = summarize_eval(read_eval_metrics(folder.metrics))
+    objective, value = objective_value(evaluation | summarize(rows, settings.monitor.kl_threshold), settings.objective)
+    summary = {
+        "name": identity.name,
+        **outcome,
+        **summarize(rows, settings.monitor.kl_threshold),
+        **evaluation,
+        "objective": objective,  # what the job returned to the sweeper: a held-out one falls back without eval
+        "objective_value": value,
+        "alerts": [{"kind": a.kind, "step": a.step, "message": a.message} for a in monitor.alerts],
+        "overrides": {k: v if _scalar(v) else str(v) for k, v in identity.overrides.items()},
+    }
+    if write:
+        folder.write_summary(summary)
+    return summary
+
+
+def _run_info(point: ResumePoint | None, record: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
+    """``run_info.json``: the first start's record and model, the W&B run to continue, each resume's record."""
+    model = dataclasses.asdict(spec.model)
+    info = dict(point.run_info) if point and point.run_info else {"provenance": record, "model": model, "resumes": []}
+    if point:
+        info.setdefault("resumes", []).append({"from_step": point.step, **record, "model": model})
+    return info
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, str | int | float) or value is None

@@ -1,0 +1,219 @@
+"""The stages a job trains in: one for a plain run, several for an adaptive one.
+
+TRL fixes ``num_generations`` when a GRPOTrainer is built, so an adaptive run (``adaptive.enabled``)
+trains in stages of ``adaptive.interval`` steps, each a new trainer over the prompts its profile
+kept, resumed from the previous stage's checkpoint: the weights, the optimizer and scheduler state,
+the step count, ``metrics.jsonl`` and the W&B run all carry on. Before each stage the policy is
+profiled on a seeded sample of the training prompts; the choice and its reason go to the console,
+``metrics.jsonl`` (``adaptive/*`` rows), ``adaptive_profiles.jsonl`` and the W&B run.
+
+A resumed adaptive run reads its profiles back: stopped inside a stage, it continues that stage
+with the group size and prompts recorded for it; stopped at a stage's end, it profiles the
+checkpoint's policy for the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from transformers import TrainerCallback
+
+from grpo_exp import data, models
+from grpo_exp.config import checks
+from grpo_exp.config.schema import ExperimentConfig
+from grpo_exp.config.spec import JobSpec
+from grpo_exp.folder import JobFolder
+from grpo_exp.tracking.metrics import metrics_row
+from grpo_exp.training import checkpoints
+from grpo_exp.training.callbacks import StageBounds
+from grpo_exp.training.checkpoints import Checkpoint, ResumePoint
+from grpo_exp.training.group_choice import Choice, choose
+from grpo_exp.training.profile import Sampler
+from grpo_exp.training.stops import StopRequest
+
+log = logging.getLogger("grpo_exp.adaptive")
+
+
+@dataclass
+class Stage:
+    """What one trainer trains: its settings, the checkpoint it continues, its prompts and stage callbacks."""
+
+    settings: ExperimentConfig
+    resume_from: Checkpoint | None
+    final: bool  # the run's last stage: the monitor's end-of-run checks follow it
+    prompts: Any = None  # datasets.Dataset of the kept training prompts; None: all of them
+    callbacks: list[TrainerCallback] = field(default_factory=list)
+
+
+class Schedule(Protocol):
+    def next_stage(self, previous: Any) -> Stage | None:
+        """The stage after ``previous`` (the trainer that just trained; None before the first), or None: done."""
+
+    def publish(self, run: Any) -> None:
+        """Send what the schedule recorded before the W&B run was open to it (``run`` may be None)."""
+
+
+def schedule_for(spec: JobSpec, folder: JobFolder, point: ResumePoint | None, stop: StopRequest) -> Schedule:
+    return AdaptiveStages(spec, folder, point, stop) if spec.settings.adaptive.enabled else OneStage(spec, point)
+
+
+class OneStage:
+    """A plain run: the whole run is one stage."""
+
+    def __init__(self, spec: JobSpec, point: ResumePoint | None) -> None:
+        self.stage = Stage(spec.settings, point.checkpoint if point else None, final=True)
+
+    def next_stage(self, previous: Any) -> Stage | None:
+        return self.stage if previous is None else None
+
+    def publish(self, run: Any) -> None:
+        return None
+
+
+class AdaptiveStages:
+    """Profile, choose a group size, train a stage; again until ``grpo.max_steps``."""
+
+    def __init__(self, spec: JobSpec, folder: JobFolder, point: ResumePoint | None, stop: StopRequest) -> None:
+        self.spec, self.folder, self.stop = spec, folder, stop
+        self.checkpoint = point.checkpoint if point else None
+        self.step = point.step if point else 0
+        self.history = [p for p in folder.profiles() if p["step"] <= self.step]  # a resume rewinds them
+        last = self.history[-1] if self.history else {}
+        self.group = last.get("num_generations", spec.settings.grpo.num_generations)
+        self.spent = last.get("profile_completions", 0)
+        self.pending: list[tuple[int, dict[str, Any], str]] = []  # profiles for W&B, sent once the run is open
+
+    def next_stage(self, previous: Any) -> Stage | None:
+        settings = self.spec.settings
+        model = tokenizer = None
+        if previous is not None:
+            if previous.state.global_step <= self.step and self.stop.signum is None:
+                raise RuntimeError(f"adaptive stage from step {self.step} trained no step")  # never loop in place
+            self.step = previous.state.global_step
+            self.checkpoint = checkpoints.latest(self.folder.path)
+            model, tokenizer = previous.model, previous.processing_class
+        if self.step >= settings.grpo.max_steps or self.stop.signum is not None:
+            return None
+        last = self.history[-1] if self.history else None
+        if last is None or self.step >= self._end(last["step"]):  # a stage starts here: profile the policy
+            if model is None:
+                model, tokenizer = self._policy()
+            last = self._profile(model, tokenizer, self._prompts(tokenizer))
+        elif tokenizer is None:  # continuing the stage a stop cut short, with its recorded choice
+            tokenizer = models.load_tokenizer(settings.model, models.model_path(settings.model))
+        del model
+        prompts = self._prompts(tokenizer)
+        dropped = set(last["dropped_solved"]) | set(last["dropped_unsolved"])
+        end = self._end(last["step"])
+        return Stage(
+            checks.with_group(settings, last["num_generations"], self.spec.layout.processes),
+            self.checkpoint,
+            final=end >= settings.grpo.max_steps,
+            prompts=prompts.select([i for i in range(len(prompts)) if i not in dropped]),
+            callbacks=[StageBounds(end)],
+        )
+
+    def publish(self, run: Any) -> None:
+        if run is not None:
+            for step, metrics, reason in self.pending:
+                run.log({**metrics, "train/global_step": step})
+                run.summary.update({**metrics, "adaptive/reason": reason})
+            self.pending.clear()
+
+    def _end(self, start: int) -> int:
+        return min(start + self.spec.settings.adaptive.interval, self.spec.settings.grpo.max_steps)
+
+    def _policy(self) -> tuple[Any, Any]:
+        """The policy to profile before the first stage this process trains: the base model, or a checkpoint's."""
+        settings, gpu = self.spec.settings, self.spec.layout.gpu
+        model, tokenizer = models.load(settings.model, models.model_path(settings.model), gpu)
+        if self.checkpoint is not None:
+            model = _with_weights(model, self.checkpoint.path)
+        if gpu and not settings.model.quantization.load_in_4bit:  # the trainer moves it later; the profile comes first
+            model = model.to("cuda")
+        return model, tokenizer
+
+    def _prompts(self, tokenizer: Any) -> Any:
+        """The prompts this run trains on (and profiles): never the held-out ones."""
+        return data.load_splits(self.spec.settings.dataset, tokenizer)[0]
+
+    def _profile(self, model: Any, tokenizer: Any, prompts: Any) -> dict[str, Any]:
+        """Profile the policy at ``self.step`` and choose the next stage's group size; the recorded profile."""
+        spec, a = self.spec, self.spec.settings.adaptive
+        sampler = Sampler(
+            model, tokenizer, list(spec.rewards), list(spec.weights), spec.settings.grpo, a.generation_batch
+        )
+        profiled = _sample(len(prompts), a.profile_prompts, spec.settings.seed + self.step)
+        scores = sampler.scores([prompts[i] for i in profiled], a.samples_per_prompt, self.step)
+        rates = [sum(s >= a.solved_threshold for s in row) / len(row) for row in scores]
+        stage = checks.with_group(spec.settings, self.group, spec.layout.processes)
+        per_step = stage.grpo.per_device_train_batch_size // self.group
+        min_kept = max(1, per_step - (len(prompts) - len(profiled)))  # prompts left out of the profile train too
+        choice = choose(rates, list(spec.groups), a.target_mixed_share, a.drop_solved, a.drop_unsolved, min_kept)
+        self.spent += len(profiled) * a.samples_per_prompt
+        entry = self._record(choice, profiled, rates, scores)
+        self.group = choice.num_generations
+        self.history.append(entry)
+        return entry
+
+    def _record(
+        self, choice: Choice, profiled: list[int], rates: list[float], scores: list[list[float]]
+    ) -> dict[str, Any]:
+        """The profile and the choice, with its reason: console, metrics.jsonl, adaptive_profiles.jsonl, W&B."""
+        step, previous = self.step, self.group
+        metrics = {
+            "adaptive/num_generations": choice.num_generations,
+            "adaptive/solved_share": sum(rates) / len(rates),
+            "adaptive/expected_mixed_share": choice.mixed_share,
+            "adaptive/profiled_prompts": len(profiled),
+            "adaptive/dropped_prompts": len(choice.dropped_solved) + len(choice.dropped_unsolved),
+            "adaptive/profile_completions": self.spent,
+        }
+        entry = {
+            "step": step,
+            "previous": previous,
+            "num_generations": choice.num_generations,
+            "changed": choice.num_generations != previous,
+            "reason": choice.reason,
+            "target_reached": choice.reached,
+            **{k.split("/", 1)[1]: v for k, v in metrics.items()},
+            "dropped_solved": [profiled[i] for i in choice.dropped_solved],
+            "dropped_unsolved": [profiled[i] for i in choice.dropped_unsolved],
+            "success_rates": dict(zip(map(str, profiled), rates, strict=True)),
+            "mean_reward": sum(map(sum, scores)) / sum(map(len, scores)),
+        }
+        if self.spec.layout.primary:
+            verb = "keeps" if choice.num_generations == previous else f"changes {previous} ->"
+            log.info("adaptive, step %d: num_generations %s %d (%s)", step, verb, choice.num_generations, choice.reason)
+            self.folder.append_row(metrics_row(step, metrics))
+            self.folder.append_profile(entry)
+            self.pending.append((step, metrics, choice.reason))
+        return entry
+
+
+def _sample(size: int, limit: int | None, seed: int) -> list[int]:
+    """Row indices to profile: all of them, or a seeded sample of ``limit``, in order."""
+    if limit is None or limit >= size:
+        return list(range(size))
+    return sorted(random.Random(seed).sample(range(size), limit))
+
+
+def _with_weights(model: Any, checkpoint: Path) -> Any:
+    """``model`` with a checkpoint's trained weights: its LoRA adapter, or its full weights."""
+    if (checkpoint / "adapter_config.json").is_file():
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(model, str(checkpoint))
+    from transformers.modeling_utils import load_sharded_checkpoint
+
+    if any(checkpoint.glob("*.index.json")):
+        load_sharded_checkpoint(model, str(checkpoint), strict=False)
+    else:
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(str(checkpoint / "model.safetensors")), strict=False)
+    return model

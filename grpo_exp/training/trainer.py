@@ -1,0 +1,193 @@
+"""One stage's trainer: TRL's GRPOTrainer with the job's model, prompts, rewards, GRPOConfig and callbacks.
+
+``JobTrainer`` is GRPOTrainer with a quieter console: completions tables only when asked, no model
+card, no library progress bars beside the training bar.
+
+TRL prints a rich table of sampled completions on every logging step whenever ``log_completions``
+is on (hundreds of lines for a short run), though the same table also goes to W&B; and it writes a
+hub model card (linking ``https://huggingface.co/None`` when nothing is pushed) into the job folder
+with every checkpoint. Neither has a setting of its own, hence this small subclass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import logging
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trl.trainer.grpo_trainer as grpo_module
+from transformers.utils import logging as hf_logging
+from trl import GRPOConfig, GRPOTrainer
+
+from grpo_exp import data, models
+from grpo_exp.config import batch
+from grpo_exp.config.layout import Layout
+from grpo_exp.config.schema import ExperimentConfig
+from grpo_exp.config.spec import JobSpec
+from grpo_exp.config.trl_map import optimizer_fields
+from grpo_exp.config.trl_schema import TrlGrpoFields
+from grpo_exp.folder import JobFolder
+from grpo_exp.tracking.monitor import HealthMonitor
+from grpo_exp.training.callbacks import CheckpointSeal, FinalEvaluation, JobCallback, SignalProgress, StopCallback
+from grpo_exp.training.stops import StopRequest
+
+if TYPE_CHECKING:
+    from grpo_exp.training.schedule import Stage
+
+
+class JobTrainer(GRPOTrainer):
+    """``print_completions``: also print TRL's completions table to the console (W&B gets it either way)."""
+
+    def __init__(self, *args: Any, print_completions: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.print_completions = print_completions
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        with library_bars_off():  # checkpoints would each draw "Writing model shards" bars
+            return super().train(*args, **kwargs)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.print_completions or not self.log_completions:
+            return super().log(logs, start_time)
+        printer = grpo_module.print_prompt_completions_sample
+        grpo_module.print_prompt_completions_sample = _no_print
+        try:
+            return super().log(logs, start_time)
+        finally:
+            grpo_module.print_prompt_completions_sample = printer
+
+    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
+        """A card only for a model that goes to the hub; a local job folder has config.yaml instead."""
+        if self.args.push_to_hub:
+            super().create_model_card(*args, **kwargs)
+
+
+def _no_print(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@contextlib.contextmanager
+def library_bars_off() -> Iterator[None]:
+    """No transformers/hub progress bars (loading, saving) inside the block; the training bar is not one of them."""
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
+def build_trainer(
+    spec: JobSpec, stage: Stage, folder: JobFolder, monitor: HealthMonitor, stop: StopRequest, tracked: bool
+) -> JobTrainer:
+    """Everything heavy happens here: the model loads (the embedded one is built first if need be).
+
+    With ``tracked``, the trainer logs to the W&B run the lifecycle hands it once open."""
+    import datasets
+    from transformers import set_seed
+    from transformers.trainer_callback import ProgressCallback
+
+    settings = stage.settings
+    _quiet_library_noise()
+    datasets.disable_progress_bars()  # the prompt set maps in milliseconds; its bars would only clutter
+    set_seed(settings.seed)
+    if settings.threads:
+        import torch
+
+        torch.set_num_threads(settings.threads)
+    model, tokenizer = models.load(settings.model, models.model_path(settings.model), spec.layout.gpu)
+    prompts, held_out = data.load_splits(settings.dataset, tokenizer)
+    args = grpo_config(
+        settings,
+        spec.layout,
+        folder.path,
+        list(spec.weights),
+        report_to_wandb=tracked,
+        held_out=0 if held_out is None else len(held_out),
+    )
+    args.ignore_data_skip = stage.prompts is not None  # a stage's kept prompts: no data position to restore
+    args.eval_on_start = args.eval_on_start and stage.resume_from is None  # once, before step 1
+    with library_bars_off():  # the reference model would repeat the policy's "Loading weights" bar
+        trainer = JobTrainer(
+            model=model,
+            processing_class=tokenizer,
+            reward_funcs=list(spec.rewards),
+            args=args,
+            train_dataset=prompts if stage.prompts is None else stage.prompts,
+            eval_dataset=held_out,
+            peft_config=models.lora_config(settings.model),
+            callbacks=[
+                JobCallback(folder, monitor, finish=stage.final),
+                CheckpointSeal(monitor),
+                StopCallback(stop),
+                *([FinalEvaluation()] if held_out is not None else []),
+                *stage.callbacks,
+            ],
+            print_completions=settings.grpo.print_completions,
+        )
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(SignalProgress())
+    return trainer
+
+
+def grpo_config(
+    settings: ExperimentConfig,
+    layout: Layout,
+    output_dir: Path,
+    weights: list[float],
+    report_to_wandb: bool,
+    held_out: int = 0,
+) -> GRPOConfig:
+    """TRL's GRPOConfig: every field of the ``grpo`` group as is, plus what other groups and the job set.
+
+    ``held_out``: how many held-out prompts the job evaluates; without any, TRL's evaluation is off."""
+    g = settings.grpo
+    fields = {f.name: _plain(getattr(g, f.name)) for f in dataclasses.fields(TrlGrpoFields)}
+    fields.update(optimizer_fields(settings.optimizer))
+    fields.update(
+        output_dir=str(output_dir),
+        seed=settings.seed,
+        use_cpu=not layout.gpu,
+        bf16=layout.bf16,
+        report_to=["wandb"] if report_to_wandb else "none",
+        disable_tqdm=False if g.disable_tqdm is None else g.disable_tqdm,
+        # grpo.save_steps=0 (the default) means no checkpoints; TRL itself wants a positive interval.
+        save_strategy=_plain(g.save_strategy) if g.save_steps else "no",
+        save_steps=g.save_steps or 1,
+        use_vllm=g.use_vllm and layout.gpu,
+        reward_weights=weights,
+    )
+    if held_out:
+        fields.update(per_device_eval_batch_size=batch.eval_batch(settings, held_out, layout.processes))
+    else:
+        fields.update(eval_strategy="no", eval_on_start=False)
+    return GRPOConfig(**fields)
+
+
+def _plain(value: Any) -> Any:
+    """Schema values as TRL expects them: enum members as their strings."""
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def _quiet_library_noise() -> None:
+    """Library messages nobody can act on.
+
+    TRL toggles gradient checkpointing around generation through calls transformers 5 deprecates,
+    warning on every step."""
+    warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.*deprecated", category=FutureWarning)
+    # Resuming a model with tied embeddings: transformers reports the tied lm_head as "missing"
+    # from the checkpoint, then ties it; nothing is missing.
+    logging.getLogger("transformers.trainer").addFilter(
+        lambda record: "checkpoint model loaded: ['lm_head.weight']" not in record.getMessage()
+    )
+    # transformers warns when a resumed checkpoint's batch size differs from the trainer's: an adaptive
+    # stage with a new group size resumes the previous stage's checkpoint on purpose.
+    logging.getLogger("transformers.trainer_utils").addFilter(
+        lambda record: "do not match the ones in the `trainer_state.json`" not in record.getMessage()
+    )
