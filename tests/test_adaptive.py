@@ -195,3 +195,38 @@ def test_adaptive_run_stopped_mid_stage_resumes_in_that_stage_with_every_step_on
     assert info["wandb"]["id"] == first_id and [r["from_step"] for r in info["resumes"]] == [stopped.step]
     runs = sorted(job.glob("wandb/offline-run-*"))
     assert len(runs) == 2 and {path.name.rsplit("-", 1)[1] for path in runs} == {first_id}
+
+
+def test_a_profile_after_a_resume_reads_the_checkpoints_weights(settings, tmp_path):
+    """Resumed at a stage's end, the next profile samples the trained policy, not the base model."""
+    import torch
+
+    from grpo_exp import models
+    from grpo_exp.training.schedule import load_policy
+
+    cfg = settings().model
+    trained, _ = models.load(cfg, models.model_path(cfg), False)
+    with torch.no_grad():
+        trained.model.embed_tokens.weight.mul_(0.5)
+    trained.save_pretrained(tmp_path / "checkpoint-3")
+    base, _ = models.load(cfg, models.model_path(cfg), False)
+    assert not torch.equal(base.model.embed_tokens.weight, trained.model.embed_tokens.weight)
+    restored, _ = load_policy(cfg, tmp_path / "checkpoint-3", gpu=False)
+    assert torch.equal(restored.model.embed_tokens.weight, trained.model.embed_tokens.weight)
+    assert torch.equal(restored.lm_head.weight, trained.lm_head.weight)  # tied, as the base model's
+
+
+def test_a_finished_adaptive_run_extended_profiles_its_trained_policy_at_the_boundary(tmp_path):
+    """resume= with a higher grpo.max_steps: a new stage starts at the old end, with a profile of its own."""
+    from tests.test_long_runs import run
+
+    job = tmp_path / "job"
+    common = ("logger=none", "save_model=false", "adaptive.enabled=true", "adaptive.interval=2")
+    first = run(*common, "grpo.max_steps=2", "adaptive.profile_prompts=8", f"hydra.run.dir={job}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    extended = run(f"resume={job}", "grpo.max_steps=4")
+    assert extended.returncode == 0, extended.stderr[-3000:]
+    profiles = [json.loads(line) for line in (job / PROFILES_FILE).read_text().splitlines()]
+    assert [p["step"] for p in profiles] == [0, 2]
+    assert "adaptive, step 2: num_generations" in extended.stderr
+    assert [r["step"] for r in read_metrics(job / "metrics.jsonl")] == [1, 2, 3, 4]

@@ -40,8 +40,8 @@ def build_spec(settings: ExperimentConfig) -> JobSpec:
     """Check, derive, resolve and build; a one-line ``UserError`` for the first problem."""
     checks.check(settings)
     where = layout.decide(settings)
+    groups = checks.check_groups(settings, where.processes)  # before the batch: an adaptive run's sizes say more
     warnings = batch.size_batch(settings, where.processes)
-    groups = checks.check_groups(settings, where.processes)
     warnings += layout.check_hardware(settings, where)
     model = models.resolve(settings.model)
     columns = data.check_dataset(settings.dataset)

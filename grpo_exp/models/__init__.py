@@ -93,6 +93,11 @@ def model_path(cfg: ModelSettings) -> str:
 
 def load(cfg: ModelSettings, path: str, use_gpu: bool) -> tuple[Any, Any]:
     """Model and tokenizer from ``path`` with the configured dtype and 4-bit quantization."""
+    return load_model(cfg, path, use_gpu), load_tokenizer(cfg, path)
+
+
+def load_model(cfg: ModelSettings, path: str, use_gpu: bool) -> Any:
+    """The model at ``path`` with the configured dtype and 4-bit quantization."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -113,13 +118,12 @@ def load(cfg: ModelSettings, path: str, use_gpu: bool) -> tuple[Any, Any]:
     if not use_gpu and kwargs.get("dtype") in (torch.bfloat16, torch.float16):
         log.warning("model.dtype=%s on CPU is slow and imprecise; loading float32", cfg.dtype)
         kwargs["dtype"] = torch.float32
-    tokenizer = load_tokenizer(cfg, path)
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if cfg.quantization.load_in_4bit:
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(model)
-    return model, tokenizer
+    return model
 
 
 def load_tokenizer(cfg: ModelSettings, path: str) -> Any:

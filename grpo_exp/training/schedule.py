@@ -24,7 +24,7 @@ from transformers import TrainerCallback
 
 from grpo_exp import data, models
 from grpo_exp.config import checks
-from grpo_exp.config.schema import ExperimentConfig
+from grpo_exp.config.schema import ExperimentConfig, ModelSettings
 from grpo_exp.config.spec import JobSpec
 from grpo_exp.folder import JobFolder
 from grpo_exp.tracking.metrics import metrics_row
@@ -36,6 +36,7 @@ from grpo_exp.training.profile import Sampler
 from grpo_exp.training.stops import StopRequest
 
 log = logging.getLogger("grpo_exp.adaptive")
+ADAPTER_CONFIG = "adapter_config.json"  # what peft saves beside a LoRA adapter's weights
 
 
 @dataclass
@@ -130,9 +131,7 @@ class AdaptiveStages:
     def _policy(self) -> tuple[Any, Any]:
         """The policy to profile before the first stage this process trains: the base model, or a checkpoint's."""
         settings, gpu = self.spec.settings, self.spec.layout.gpu
-        model, tokenizer = models.load(settings.model, models.model_path(settings.model), gpu)
-        if self.checkpoint is not None:
-            model = _with_weights(model, self.checkpoint.path)
+        model, tokenizer = load_policy(settings.model, self.checkpoint.path if self.checkpoint else None, gpu)
         if gpu and not settings.model.quantization.load_in_4bit:  # the trainer moves it later; the profile comes first
             model = model.to("cuda")
         return model, tokenizer
@@ -202,18 +201,15 @@ def _sample(size: int, limit: int | None, seed: int) -> list[int]:
     return sorted(random.Random(seed).sample(range(size), limit))
 
 
-def _with_weights(model: Any, checkpoint: Path) -> Any:
-    """``model`` with a checkpoint's trained weights: its LoRA adapter, or its full weights."""
-    if (checkpoint / "adapter_config.json").is_file():
+def load_policy(cfg: ModelSettings, checkpoint: Path | None, gpu: bool) -> tuple[Any, Any]:
+    """The model as trained up to ``checkpoint`` (the base model without one), and its tokenizer.
+
+    A full fine-tune's checkpoint holds the whole model; a LoRA one, the adapter over the base."""
+    base = models.model_path(cfg)
+    adapter = checkpoint is not None and (checkpoint / ADAPTER_CONFIG).is_file()
+    model = models.load_model(cfg, str(checkpoint) if checkpoint is not None and not adapter else base, gpu)
+    if adapter:
         from peft import PeftModel
 
-        return PeftModel.from_pretrained(model, str(checkpoint))
-    from transformers.modeling_utils import load_sharded_checkpoint
-
-    if any(checkpoint.glob("*.index.json")):
-        load_sharded_checkpoint(model, str(checkpoint), strict=False)
-    else:
-        from safetensors.torch import load_file
-
-        model.load_state_dict(load_file(str(checkpoint / "model.safetensors")), strict=False)
-    return model
+        model = PeftModel.from_pretrained(model, str(checkpoint))
+    return model, models.load_tokenizer(cfg, base)
