@@ -44,3 +44,100 @@ def test_long_modules_say_why():
         if text.count("\n") > MAX_LINES:
             docstring = ast.get_docstring(ast.parse(text)) or ""
             assert "long" in docstring.lower(), f"{path.name}: {text.count(chr(10))} lines and no reason given"
+
+
+# Each layer and the layers it may import from (besides itself and the base modules).
+BASE = {"errors", "registry", "cache", "hardware", "shipped", "folder"}
+DOMAIN = {"rewards", "sandbox", "models", "data"}
+MAY_IMPORT = {
+    "config": DOMAIN,  # the spec resolves the model source, checks the data, builds the rewards
+    "rewards": {"config", "sandbox"},
+    "sandbox": set(),
+    "models": {"config"},
+    "data": {"config"},
+    "tracking": {"config"},
+    "training": {"config", "tracking", *DOMAIN},
+    "job": {"config", "tracking", "training", "report", "dashboard", *DOMAIN},  # a sweep's end runs the report
+    "report": {"config", "tracking"},
+    "dashboard": {"config", "tracking"},
+}
+# Entry points above every layer.
+TOOLS = {"schema_gen": {"config"}}
+
+
+def layer(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else module
+
+
+def test_layers_import_only_the_layers_below_them():
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        own = layer(module_name(path))
+        if own in BASE or own == "grpo_exp":
+            allowed = BASE  # base modules import only each other
+        else:
+            allowed = {own, *BASE, *MAY_IMPORT.get(own, TOOLS.get(own, set()))}
+        for target in imports(path):
+            name = layer(target) if target != "grpo_exp" else "grpo_exp"
+            if target.startswith("grpo_exp.") and name not in allowed and f"grpo_exp.{name}" != target + "":
+                wrong.append(f"{module_name(path)} imports {target}")
+    assert not wrong, "imports against the layers: " + "; ".join(sorted(set(wrong)))
+
+
+def test_layer_map_names_every_package():
+    packages = {layer(module_name(p)) for p in PACKAGE.rglob("*.py")} - {"grpo_exp"}
+    assert packages == BASE | set(MAY_IMPORT) | set(TOOLS)
+
+
+def string_literals(path: Path) -> list[str]:
+    """The module's string constants, docstrings left out (they may name files to explain them)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
+
+
+def test_each_job_folder_name_is_written_in_the_folder_module_only():
+    from grpo_exp import folder
+
+    # file names and name patterns; bare folder names ("model", "wandb") are ordinary words in code
+    names = [v for k, v in vars(folder).items() if k.isupper() and isinstance(v, str) and any(c in v for c in ".-")]
+    assert {"config.yaml", "metrics.jsonl", "summary.json", "run_info.json", "adaptive_profiles.jsonl"} <= set(names)
+    found = {name: [] for name in names}
+    for path in PACKAGE.rglob("*.py"):
+        for literal in string_literals(path):
+            for name in names:
+                if name in literal and name.strip("*-") == literal.strip("*-/"):
+                    found[name].append(path.relative_to(PACKAGE).as_posix())
+    elsewhere = {name: paths for name, paths in found.items() if set(paths) - {"folder.py"}}
+    assert not elsewhere, f"job-folder names written outside folder.py: {elsewhere}"
+
+
+def test_the_gpu_is_decided_in_one_function():
+    callers = [
+        f"{module_name(path)}:{node.lineno}"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) == "cuda_available"
+    ]
+    assert len(callers) == 1 and callers[0].startswith("grpo_exp.config.layout:"), callers
+
+
+def test_the_optimizer_to_trl_table_exists_once():
+    """TRL's names for our optimizer keys are written in config/trl_map.py alone; all else reads its table."""
+    from grpo_exp.config.trl_map import OPTIMIZER_FIELDS
+
+    renamed = {trl for ours, trl in OPTIMIZER_FIELDS.items() if trl != ours}
+    holders = {module_name(path) for path in PACKAGE.rglob("*.py") if renamed & set(string_literals(path))}
+    assert holders == {"grpo_exp.config.trl_map"}, holders

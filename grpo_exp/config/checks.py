@@ -144,6 +144,12 @@ def check(cfg: ExperimentConfig) -> None:
         raise UserError(
             f"grpo.max_steps={cfg.grpo.max_steps}: give a positive step count, or -1 to run grpo.num_train_epochs"
         )
+    if cfg.adaptive.enabled:
+        _check_adaptive(cfg)
+
+
+def check_model(cfg: ExperimentConfig) -> None:
+    """The model keys that must go together (after the hardware's say: 4-bit on a CPU is the first problem)."""
     if cfg.model.quantization.load_in_4bit and not cfg.model.lora.enabled:
         raise UserError("4-bit weights can't be trained directly: add model.lora.enabled=true (QLoRA)")
     recipe = cfg.model.recipe
@@ -152,8 +158,6 @@ def check(cfg: ExperimentConfig) -> None:
             f"model.recipe.answer_share ({recipe.answer_share}) + cover_share ({recipe.cover_share}) is over 1: "
             "they are shares of the same customer-service replies; lower one of them"
         )
-    if cfg.adaptive.enabled:
-        _check_adaptive(cfg)
 
 
 def _check_adaptive(cfg: ExperimentConfig) -> None:

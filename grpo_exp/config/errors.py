@@ -11,8 +11,16 @@ from typing import Any, get_type_hints
 
 from omegaconf import DictConfig
 
-from grpo_exp.config.schema import CONF_DIR, KEY_ALIASES, PRIMARY_CONFIG, ExperimentConfig
-from grpo_exp.config.trl_map import SET_ELSEWHERE
+from grpo_exp.config.schema import CONF_DIR, PRIMARY_CONFIG, ExperimentConfig
+from grpo_exp.config.trl_map import OPTIMIZER_FIELDS, SET_ELSEWHERE
+
+# Slips users copy from the article (and other GRPO write-ups) mapped to our keys: the article's
+# typo, TRL's name for beta, and TRL's names for our optimizer keys (learning_rate for lr, ...).
+KEY_ALIASES: dict[str, str] = {
+    "num_generation": "num_generations",
+    "kl_coef": "beta",
+    **{trl: ours for ours, trl in OPTIMIZER_FIELDS.items() if trl != ours},
+}
 
 OVERRIDE_GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 # How alike a misspelt key must be to a real one (difflib ratio) to be suggested.

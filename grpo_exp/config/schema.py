@@ -23,12 +23,6 @@ from grpo_exp.config.trl_schema import TrlGrpoFields
 # Where the config groups live (their YAML holds the defaults and documents every key).
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 PRIMARY_CONFIG = "config"  # conf/config.yaml, which composes the groups
-# Slips users copy from the article (and other GRPO write-ups) mapped to our keys.
-KEY_ALIASES: dict[str, str] = {
-    "num_generation": "num_generations",
-    "kl_coef": "beta",
-    "learning_rate": "lr",
-}
 # Summary numbers a job can return to a sweeper as its objective (config key `objective`).
 OBJECTIVES = (
     "final_reward",

@@ -3,6 +3,7 @@
 A composed config becomes a spec in four steps, each once:
 
 1. check: the schema's types (``loading``), then the ranges and the rules between keys (``checks``);
+   what the machine rules out is checked once the layout is known;
 2. derive: the layout (device, precision, processes) and the batch that holds whole groups;
 3. resolve: the model source (path and cache key), the data's columns;
 4. build: the reward functions, whose columns are checked against the data's.
@@ -43,6 +44,7 @@ def build_spec(settings: ExperimentConfig) -> JobSpec:
     groups = checks.check_groups(settings, where.processes)  # before the batch: an adaptive run's sizes say more
     warnings = batch.size_batch(settings, where.processes)
     warnings += layout.check_hardware(settings, where)
+    checks.check_model(settings)
     model = models.resolve(settings.model)
     columns = data.check_dataset(settings.dataset)
     rewards, weights = build_rewards(settings.reward)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from grpo_exp.errors import UserError
+from grpo_exp.folder import OFFLINE_RUNS, JobFolder
 
 EXIT_USER_ERROR = 2
 
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     options = [(flag, value) for flag, value in (("--entity", args.entity), ("--project", args.project)) if value]
     again = shlex.join(["python", "-m", "grpo_exp.dashboard", str(args.sweep_dir), *(x for o in options for x in o)])
     print(f"not saved on W&B ({result.why_not_saved}); to create it, once logged in (`wandb login`) run: {again}")
-    runs = args.sweep_dir / "*" / "wandb" / "offline-run-*"
+    runs = JobFolder(args.sweep_dir / "*").wandb / OFFLINE_RUNS
     print(f"offline runs upload first with: wandb sync {runs}")
     return 0
 
