@@ -1,7 +1,7 @@
 """User-facing errors: one line that names the problem and the fix, never a traceback.
 
 ``UserError`` is raised by our own checks; ``describe_failure`` gives any failure its one line.
-Config errors from Hydra and OmegaConf are described in config_errors.py.
+Config errors from Hydra and OmegaConf are described in config/errors.py.
 """
 
 from __future__ import annotations

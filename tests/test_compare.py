@@ -45,7 +45,7 @@ def write_job(
     torn_tail: bool = False,
     eval_rewards: dict[int, float] | None = None,
 ) -> Path:
-    """A job folder as train.py leaves it; ``status=None`` leaves out summary.json (a killed job)."""
+    """A job folder as a job leaves it; ``status=None`` leaves out summary.json (a killed job)."""
     job = root / name
     (job / ".hydra").mkdir(parents=True)
     (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from grpo_exp.config.schema import LoggerSettings, MonitorSettings
-from grpo_exp.folder import append_line
+from grpo_exp.folder import JobFolder, append_line
 from grpo_exp.tracking import wandb_run as tracking
 from grpo_exp.tracking.metrics import metrics_row, read_metrics, summarize
 from grpo_exp.tracking.monitor import HealthMonitor
@@ -111,7 +111,7 @@ def test_a_nan_loss_stops_the_job_after_recording_the_step(tmp_path):
     from grpo_exp.errors import UserError
     from grpo_exp.training.callbacks import JobCallback
 
-    callback = JobCallback(tmp_path / "metrics.jsonl", HealthMonitor(MonitorSettings()), run=None)
+    callback = JobCallback(JobFolder(tmp_path), HealthMonitor(MonitorSettings()), run=None)
     state = SimpleNamespace(is_world_process_zero=True, global_step=7)
     callback.on_log(None, state, None, logs={"loss": 0.5, "reward": 0.2})
     with pytest.raises(UserError, match="training diverged: the loss is NaN at step 7"):

@@ -36,7 +36,10 @@ def alert_kinds(summary: dict) -> set[str]:
 
 
 def test_writing_without_the_recipe_is_cut_at_48_tokens_and_the_monitor_says_so(tmp_path):
-    summary = run(tmp_path, "reward=content_creation", "dataset=content_creation", *SHORT)
+    # About a third of these completions are cut in 10 steps at seed 42 (0.17-0.58 a step on an AMD EPYC, more
+    # on the machine this was first written on): an alarm at a quarter says so on either; the default is half.
+    cut = "monitor.max_clipped_ratio=0.25"
+    summary = run(tmp_path, "reward=content_creation", "dataset=content_creation", cut, *SHORT)
     (alert,) = [a for a in summary["alerts"] if a["kind"] == "truncated"]
     assert "grpo.max_completion_length" in alert["message"]
 

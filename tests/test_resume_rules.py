@@ -14,6 +14,7 @@ import pytest
 
 from grpo_exp.config.schema import MonitorSettings
 from grpo_exp.errors import UserError
+from grpo_exp.folder import JobFolder
 from grpo_exp.job import resume
 from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.tracking.outcome import format_outcome
@@ -82,10 +83,12 @@ def test_longer_training_and_reporting_may_change_on_resume():
 
 
 def test_rewind_keeps_steps_up_to_the_checkpoint_and_drops_torn_lines(tmp_path):
-    metrics = tmp_path / "metrics.jsonl"
+    metrics, profiles = tmp_path / "metrics.jsonl", tmp_path / "adaptive_profiles.jsonl"
     metrics.write_text("".join(json.dumps({"step": s, "reward": 0.1}) + "\n" for s in range(1, 7)) + '{"step": 7, "rew')
-    resume.rewind_metrics(metrics, 4)
+    profiles.write_text("".join(json.dumps({"step": s, "num_generations": 4}) + "\n" for s in (0, 3, 6)))
+    JobFolder(tmp_path).rewind(4)
     assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1, 2, 3, 4]
+    assert [json.loads(line)["step"] for line in profiles.read_text().splitlines()] == [0, 3]
 
 
 def test_differences_name_changed_keys_but_not_adjustable_ones(settings):

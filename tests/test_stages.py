@@ -117,12 +117,19 @@ def test_thresholds_that_cannot_work_fail_in_one_line(settings, override, messag
     assert "\n" not in str(err.value)
 
 
+THRESHOLD = 0.1
+
+
 def test_a_staged_run_enters_stage_2_at_its_threshold_and_keeps_it_through_a_resume(tmp_path):
-    """Real GRPO on the tiny model: information waits for the format's 2-step mean to reach 0.2."""
+    """Real GRPO on the tiny model: information waits for the format's 2-step mean to reach 0.1.
+
+    The threshold sits below the format's early 2-step means (0.08-0.21 at seed 42 on an AMD EPYC; 0.2 was
+    met at step 4 on the machine it was first written on and at step 5 here), so it is met before the
+    checkpoint at step 5 on either."""
     job = tmp_path / "job"
     staged = (
         "reward=customer_service_multi",
-        "reward.parts.information.start_when={metric: rewards/format/mean, at_least: 0.2, window: 2}",
+        f"reward.parts.information.start_when={{metric: rewards/format/mean, at_least: {THRESHOLD}, window: 2}}",
     )
     first = run_job(*staged, "grpo.max_steps=5", "logger=none", f"hydra.run.dir={job}")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -132,7 +139,7 @@ def test_a_staged_run_enters_stage_2_at_its_threshold_and_keeps_it_through_a_res
     rows = read_metrics(job / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, 9))
     formats = [r["rewards/format/mean"] for r in rows]
-    met = next(i for i in range(1, len(rows)) if (formats[i - 1] + formats[i]) / 2 >= 0.2)  # row index
+    met = next(i for i in range(1, len(rows)) if (formats[i - 1] + formats[i]) / 2 >= THRESHOLD)  # row index
     assert rows[met]["step"] < 5, "the threshold must be met before the checkpoint for the resume to matter"
     for row in rows:
         entered = row["step"] > rows[met]["step"]

@@ -1,7 +1,7 @@
 """The composed config as typed settings: interpolations resolved, unknown keys refused, reward parts checked.
 
-Kept apart from the schema (config.py) so the schema imports nothing of ours and the error
-descriptions (config_errors.py) can read it without an import cycle.
+Kept apart from the schema (schema.py) so the schema imports nothing of ours and the error
+descriptions (config/errors.py) can read it without an import cycle.
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def _eval_key(key: str) -> str:
 
 def _eval_summary_key(summaries: list[dict[str, Any]], keys: set[str]) -> str | None:
     """The final held-out reward in the run summary: ``summary/<key>`` from summary.json when a job wrote one
-    (train.py copies its numbers there), else the last ``eval/reward`` W&B holds, else none."""
+    (training/lifecycle.py copies its numbers there), else the last ``eval/reward`` W&B holds, else none."""
     for summary in summaries:
         for key, value in summary.items():
             if key.startswith("final") and "eval" in key and "reward" in key and isinstance(value, int | float):

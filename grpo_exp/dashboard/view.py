@@ -22,7 +22,7 @@ COMPARED_CURVES = (("reward", "reward"), ("reward_std", "reward std"), ("kl", "K
 # TRL's step, which W&B's own `_step` drifts from once a run is resumed.
 X_AXIS = "train/global_step"
 GROUP_AGG, GROUP_RANGE = "mean", "minmax"
-# Run-summary numbers from summary.json (train.py copies them as summary/<key>) for the outcome panels.
+# Run-summary numbers from summary.json (training/lifecycle.py copies them as summary/<key>) for the outcome panels.
 FINAL_REWARD = "summary/final_reward"
 TABLE_SUMMARY = (FINAL_REWARD, "summary/peak_reward", "summary/final_kl", "summary/steps")
 # The entity in a specification written before anyone said which (the saved view takes the login's).

@@ -73,7 +73,10 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
                     gc.collect()
                     trainer = build_trainer(spec, stage, folder, monitor, stop, tracked=opening is not None)
                     if sent is None:  # W&B opened while the model loaded
-                        run, sent, hint = _join_wandb(opening, info, folder, mode, point, primary)
+                        run, sent, hint = _join_wandb(opening, info, folder, mode, point)
+                        _pin_revision(info, trainer.model)
+                        if primary:
+                            folder.write_run_info(info)
                         outcome["startup_s"] = round(time.perf_counter() - started, 2)
                     schedule.publish(run)
                     _follow(trainer, run, sent)
@@ -110,17 +113,14 @@ def _join_wandb(
     folder: JobFolder,
     mode: str,
     point: ResumePoint | None,
-    primary: bool,
 ) -> tuple[Any, int, str | None]:
-    """Wait for the W&B run opening in the background; record its id in ``run_info.json`` and, after
+    """Wait for the W&B run opening in the background; note its id for ``run_info.json`` and, after
     a resume, join its history to the stopped run's. Returns the run, the last step W&B holds, and
     how to see the run (None/0/None when tracking is off)."""
     if opening is None:
         return None, 0, None
     run = opening.result()
     info["wandb"] = {"id": run.id, "name": run.name, "group": run.group, "project": run.project}
-    if primary:
-        folder.write_run_info(info)
     sent = 0
     if point:
         sent = continue_history(run, mode, folder.path, point.step, read_metrics(folder.metrics))
@@ -140,6 +140,13 @@ def _follow(trainer: Any, run: Any, sent_step: int) -> None:
     if sent_step:
         trainer.remove_callback(WandbCallback)
         trainer.add_callback(ResumedWandbCallback(sent_step))
+
+
+def _pin_revision(info: dict[str, Any], model: Any) -> None:
+    """A hub model's commit, known once it has loaded: with it, run_info.json names the exact weights."""
+    revision = getattr(getattr(model, "config", None), "_commit_hash", None)
+    if revision:
+        (info["resumes"][-1] if info.get("resumes") else info)["model"]["revision"] = revision
 
 
 def _opened(opening: Future | None) -> Any:
