@@ -66,6 +66,11 @@ def timed_run(command: list[str], cwd: Path, metrics: Path | None = None) -> dic
     return figures
 
 
+def has_eval_split(root: Path) -> bool:
+    """Whether the checkout at ``root`` knows ``dataset.eval_fraction`` (and checkpoints by default)."""
+    return any("eval_fraction" in path.read_text(encoding="utf-8") for path in (root / "conf").rglob("*.yaml"))
+
+
 def model_path(root: Path) -> str:
     """The cached tiny model the framework's default job uses (built on first call)."""
     code = (
@@ -99,9 +104,9 @@ def main() -> None:
             runs: dict[str, tuple[Path, list[str]]] = {}
             for version, root in versions.items():
                 # Like the baseline, no periodic checkpoints and no held-out evaluation: their cost is a
-                # feature's, measured by benchmarks/checkpoints.py and eval_cost.py (an older checkout
-                # has neither by default).
-                plain = ["grpo.save_steps=0", "dataset.eval_fraction=0"] if version == "after" else []
+                # feature's, measured by benchmarks/checkpoints.py and eval_cost.py (a checkout older
+                # than the held-out split has neither by default).
+                plain = ["grpo.save_steps=0", "dataset.eval_fraction=0"] if has_eval_split(root) else []
                 runs[f"{version}:framework"] = (root, ["run.py", "logger=none", *plain])
                 runs[f"{version}:wandb"] = (root, ["run.py", "logger.mode=offline", *plain])
             runs["baseline"] = (ROOT, [str(HERE / "trl_baseline.py"), "--model", model])

@@ -137,7 +137,7 @@ def run_job(cfg: DictConfig) -> float:
 
         return train(spec, JobFolder(output_dir), identity_from_hydra(), plan.point)
     except JobStopped as stop:
-        where = f"checkpoint {stop.checkpoint}" if stop.checkpoint else "no checkpoint (grpo.save_steps=0)"
+        where = f"checkpoint {stop.checkpoint}" if stop.checkpoint else "no checkpoint (stopped before the first one)"
         if stop.handover:  # pre-empted under submitit: its handler requeues the job, which resumes
             log.warning("pre-empted at step %d, %s; the launcher requeues the job", stop.step, where)
             stop.handover()

@@ -27,9 +27,7 @@ from grpo_exp.tracking.outcome import format_outcome
 from grpo_exp.tracking.wandb_run import RunIdentity, continue_history, resolve_mode, view_hint, wandb_run
 from grpo_exp.training import checkpoints
 from grpo_exp.training.checkpoints import ResumePoint
-from grpo_exp.training.schedule import schedule_for
 from grpo_exp.training.stops import JobStopped, StopRequest
-from grpo_exp.training.trainer import build_trainer
 
 
 def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: ResumePoint | None = None) -> float:
@@ -59,18 +57,23 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
     logger = settings.logger if primary else dataclasses.replace(settings.logger, backend="none")
     mode = resolve_mode(logger)
     stop = StopRequest()
-    schedule = schedule_for(spec, folder, point, stop)
     hint = None
     config = {**resolved, "provenance": record}
     run_id = info.get("wandb", {}).get("id")
     with wandb_run(logger, identity, config, folder.path, run_id, gpu=spec.layout.gpu) as opening:
+        # transformers and trl load here, while the W&B run opens in the background
+        from grpo_exp.training.schedule import schedule_for
+        from grpo_exp.training.trainer import build_trainer
+
+        schedule = schedule_for(spec, folder, point, stop)
         run, trainer = None, None
         try:
             with stop.listening():
                 sent = None
                 while (stage := schedule.next_stage(trainer)) is not None:
-                    trainer = None  # the previous stage's model goes before the next one loads
-                    gc.collect()
+                    if trainer is not None:  # the previous stage's model goes before the next one loads
+                        trainer = None
+                        gc.collect()
                     trainer = build_trainer(spec, stage, folder, monitor, stop, tracked=opening is not None)
                     if sent is None:  # W&B opened while the model loaded
                         run, sent, hint = _join_wandb(opening, info, folder, mode, point)

@@ -100,14 +100,15 @@ class AdaptiveStages:
         if self.step >= settings.grpo.max_steps or self.stop.signum is not None:
             return None
         last = self.history[-1] if self.history else None
-        if last is None or self.step >= self._end(last["step"]):  # a stage starts here: profile the policy
-            if model is None:
-                model, tokenizer = self._policy()
-            last = self._profile(model, tokenizer, self._prompts(tokenizer))
-        elif tokenizer is None:  # continuing the stage a stop cut short, with its recorded choice
+        starts = last is None or self.step >= self._end(last["step"])  # else: a stop cut this stage short
+        if starts and model is None:
+            model, tokenizer = self._policy()
+        elif tokenizer is None:
             tokenizer = models.load_tokenizer(settings.model, models.model_path(settings.model))
-        del model
         prompts = self._prompts(tokenizer)
+        if starts:  # profile the policy for the stage's group size; a stage cut short keeps its recorded one
+            last = self._profile(model, tokenizer, prompts)
+        del model
         dropped = set(last["dropped_solved"]) | set(last["dropped_unsolved"])
         end = self._end(last["step"])
         return Stage(
