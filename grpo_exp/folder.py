@@ -10,7 +10,8 @@ so every name is here and nowhere else:
 - ``adaptive_profiles.jsonl``: an adaptive run's profile and choice before each stage;
 - ``error.txt``: the traceback of a failed job;
 - ``checkpoint-<step>/`` (sealed by ``grpo_exp_state.json``), ``model/``, ``wandb/``;
-- ``.hydra/overrides.yaml``: Hydra's record of the job's overrides.
+- ``.hydra/overrides.yaml``: Hydra's record of the job's overrides;
+- ``.lock``: held by the job that runs in the folder (``JobFolder.lock``), naming its host and pid.
 
 A sweep folder holds its jobs and Hydra's ``multirun.yaml``; the report goes to ``report/``.
 
@@ -20,13 +21,18 @@ JSON Lines files are appended line by line; readers skip a line a kill cut short
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import platform
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from grpo_exp.errors import UserError
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -35,6 +41,7 @@ RUN_INFO_FILE = "run_info.json"
 PROFILES_FILE = "adaptive_profiles.jsonl"
 ERROR_FILE = "error.txt"
 OVERRIDES_FILE = ".hydra/overrides.yaml"
+LOCK_FILE = ".lock"
 MODEL_DIR = "model"
 WANDB_DIR = "wandb"
 OFFLINE_RUNS = "offline-run-*"
@@ -147,12 +154,45 @@ class JobFolder:
     def append_profile(self, entry: dict[str, Any]) -> None:
         append_line(self.profiles_file, entry)
 
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the folder for one job: a second job for it (a second command, a sweep resumed while it
+        still runs, a requeued job whose old copy lives on) fails with one line naming the holder.
+
+        An ``fcntl`` lock on ``.lock``: the kernel releases it when the holder exits, however it exits,
+        so a dead job never leaves a stale lock (on one host; a shared file system must support flock)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        path = self.path / LOCK_FILE
+        with path.open("a+", encoding="utf-8") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise FolderInUse(
+                    f"{self.path} is in use by the job of {holder}: wait for it to end or stop it, "
+                    "or give this run another hydra.run.dir"
+                ) from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} on {platform.node()}\n")
+            handle.flush()
+            try:
+                yield
+            finally:
+                handle.seek(0)
+                handle.truncate()  # the lock itself goes with the file handle
+
     def rewind(self, step: int) -> None:
         """Keep the rows of steps up to ``step`` (metrics and profiles): the steps after it are trained again."""
         for path in (self.metrics, self.profiles_file):
             if path.is_file():
                 kept = [line for line in path.read_text(encoding="utf-8").splitlines() if _row_step(line) <= step]
                 write_text(path, "".join(line + "\n" for line in kept))
+
+
+class FolderInUse(UserError):
+    """Another job holds the folder; nothing of it may be written to."""
 
 
 def sweep_jobs(sweep_dir: Path) -> list[Path]:

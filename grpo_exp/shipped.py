@@ -22,14 +22,21 @@ def shipped_file(name: str) -> Path:
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Records of a JSON array or JSON Lines file (the article's ``prompts.json`` may be either)."""
     text = path.read_text(encoding="utf-8")
-    stripped = text.lstrip()
-    try:
-        if stripped.startswith("["):
-            records = json.loads(stripped)
-        else:
-            records = [json.loads(line) for line in stripped.splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path} is not valid JSON or JSON Lines ({exc.msg} at line {exc.lineno})") from None
+    if text.lstrip().startswith("["):
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    else:
+        records = [_json_line(path, number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not all(isinstance(r, dict) for r in records):
         raise UserError(f"{path} must hold JSON objects (records with a 'prompt' field)")
     return records
+
+
+def _json_line(path: Path, number: int, line: str) -> Any:
+    """One line of a JSON Lines file; its error names the file's line, not the line's own line 1."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path} is not valid JSON Lines: line {number}: {exc.msg} (column {exc.colno})") from None

@@ -8,6 +8,7 @@ not stop the others.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -15,6 +16,7 @@ import shlex
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
@@ -23,11 +25,14 @@ from omegaconf import DictConfig
 
 from grpo_exp.config.schema import CONF_DIR, register_schema
 from grpo_exp.errors import UserError, describe_failure
-from grpo_exp.folder import JobFolder
+from grpo_exp.folder import FolderInUse, JobFolder
 from grpo_exp.job import resume as resume_rules
 from grpo_exp.job.resume import override_key
 from grpo_exp.tracking.metrics import objective_value
 from grpo_exp.training.stops import JobStopped
+
+if TYPE_CHECKING:
+    from grpo_exp.config.spec import JobSpec  # its import builds on the rewards and data: not for --help
 
 log = logging.getLogger("grpo_exp")
 
@@ -120,22 +125,17 @@ def run_job(cfg: DictConfig) -> float:
     output_dir = Path(hydra_cfg.runtime.output_dir)
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     from grpo_exp.job.preflight import job_spec, recorded_spec
-    from grpo_exp.tracking.wandb_run import identity_from_hydra
 
     try:
         overrides = list(hydra_cfg.overrides.task)
         recorded = resume_rules.is_folder(str(cfg.resume))  # the run's recorded config, not this composition
         spec = recorded_spec(output_dir, overrides) if recorded else job_spec(cfg)
-        plan = resume_rules.plan(spec.settings, output_dir)
-        if plan.done is not None:
-            log.info("%s completed its %s steps before; nothing to do", output_dir, plan.done.get("steps"))
-            value = objective_value(plan.done, str(spec.settings.objective))[1]
-            return math.nan if value is None else value
-        for warning in spec.warnings:
-            log.warning(warning)
-        from grpo_exp.training.lifecycle import train
-
-        return train(spec, JobFolder(output_dir), identity_from_hydra(), plan.point)
+        folder = JobFolder(output_dir)
+        with folder.lock() if spec.layout.primary else contextlib.nullcontext():  # one writer: rank 0
+            return _train(spec, folder)
+    except FolderInUse as exc:  # another job's folder: nothing may be written to it, and the command stops
+        log.error("%s", exc)
+        sys.exit(EXIT_USER_ERROR)
     except JobStopped as stop:
         where = f"checkpoint {stop.checkpoint}" if stop.checkpoint else "no checkpoint (stopped before the first one)"
         if stop.handover:  # pre-empted under submitit: its handler requeues the job, which resumes
@@ -155,6 +155,21 @@ def run_job(cfg: DictConfig) -> float:
         if in_sweep:
             return math.nan
         sys.exit(EXIT_USER_ERROR if isinstance(exc, UserError) else EXIT_FAILED)
+
+
+def _train(spec: JobSpec, folder: JobFolder) -> float:
+    """Start, continue or skip the job, as its folder says (``resume.plan``)."""
+    from grpo_exp.tracking.wandb_run import identity_from_hydra
+    from grpo_exp.training.lifecycle import train
+
+    plan = resume_rules.plan(spec.settings, folder.path)
+    if plan.done is not None:
+        log.info("%s completed its %s steps before; nothing to do", folder.path, plan.done.get("steps"))
+        value = objective_value(plan.done, str(spec.settings.objective))[1]
+        return math.nan if value is None else value
+    for warning in spec.warnings:
+        log.warning(warning)
+    return train(spec, folder, identity_from_hydra(), plan.point)
 
 
 def resume_command(output_dir: Path) -> str:

@@ -110,7 +110,15 @@ def check_overrides(folder: str, overrides: Sequence[str]) -> None:
 def recorded_settings(folder: Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
     """The config a job ran with (its ``config.yaml``), with the adjustable overrides applied."""
     check_folder(folder)
-    cfg = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), OmegaConf.load(JobFolder(folder).config))
+    path = JobFolder(folder).config
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), OmegaConf.load(path))
+    except Exception as exc:  # YAML's and OmegaConf's errors span lines; the user needs the file and the gist
+        gist = " ".join(str(exc).split())[:160]
+        raise UserError(
+            f"resume={folder}: {path} can't be read as the run's config ({gist}); restore it, "
+            "or start a new run with another hydra.run.dir"
+        ) from None
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
         if key not in ADJUSTABLE or key == "resume":

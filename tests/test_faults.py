@@ -1,0 +1,79 @@
+"""Faults that are not ours: two jobs for one folder, a broken line in a prompt file, a damaged record."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from grpo_exp.config.spec import build_spec
+from grpo_exp.errors import UserError
+from grpo_exp.folder import FolderInUse, JobFolder
+from grpo_exp.tracking.metrics import read_metrics
+from tests.test_cli import run_py
+from tests.test_long_runs import WAIT_S, start
+
+
+def test_two_jobs_started_a_second_apart_on_one_folder_run_as_one(tmp_path):
+    """Both pass the preflight (the folder holds no run yet); the folder's lock lets one of them train."""
+    job = tmp_path / "job"
+    overrides = ("grpo.max_steps=6", "logger=none", "save_model=false", f"hydra.run.dir={job}")
+    first = start(*overrides)
+    time.sleep(1)
+    second = start(*overrides)
+    outcomes = {}
+    for process in (first, second):
+        _, err = process.communicate(timeout=WAIT_S)
+        outcomes[process.pid] = (process.returncode, err)
+    codes = sorted(code for code, _ in outcomes.values())
+    assert codes == [0, 2], {pid: err[-2000:] for pid, (_, err) in outcomes.items()}
+    (winner,) = [pid for pid, (code, _) in outcomes.items() if code == 0]
+    (refused,) = [err for code, err in outcomes.values() if code == 2]
+    lines = [line for line in refused.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{job} is in use by the job of pid {winner} on " in lines[0], refused[-2000:]
+    assert [r["step"] for r in read_metrics(job / "metrics.jsonl")] == list(range(1, 7))
+    assert not (job / "error.txt").exists(), "the refused job wrote nothing into the folder"
+
+
+def test_a_resume_of_a_folder_whose_job_still_runs_is_refused(tmp_path):
+    from tests.test_long_runs import last_step, wait_for
+
+    job = tmp_path / "job"
+    running = start("grpo.max_steps=40", "logger=none", "save_model=false", f"hydra.run.dir={job}")
+    try:
+        wait_for(lambda: last_step(job) >= 1, running)
+        refused = run_py(f"resume={job}")
+        assert refused.returncode == 2, refused.stderr[-2000:]
+        assert f"is in use by the job of pid {running.pid} on " in refused.stderr
+        assert running.poll() is None, "the running job goes on"
+    finally:
+        running.kill()
+        running.communicate(timeout=WAIT_S)
+
+
+def test_the_lock_is_free_again_once_its_holder_is_gone(tmp_path):
+    folder = JobFolder(tmp_path / "job")
+    with folder.lock(), pytest.raises(FolderInUse, match="is in use by the job of pid"), folder.lock():
+        pass
+    with folder.lock():  # released on the way out
+        pass
+
+
+def test_a_broken_line_of_a_json_lines_file_is_named_by_its_line(settings, tmp_path):
+    data = tmp_path / "prompts.jsonl"
+    lines = [json.dumps({"prompt": f"question {i}"}) for i in range(17)] + ['{"prompt": "cut sho']
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(UserError) as error:
+        build_spec(settings("dataset=json", f"dataset.path={data}"))
+    assert f"{data} is not valid JSON Lines: line 18:" in str(error.value)
+
+
+def test_a_damaged_config_yaml_on_resume_is_one_line_naming_it(tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "config.yaml").write_text("model: [unclosed\n  grpo: {\n", encoding="utf-8")
+    result = run_py(f"resume={job}")
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{job / 'config.yaml'} can't be read as the run's config" in lines[0], lines
