@@ -77,3 +77,28 @@ def test_a_damaged_config_yaml_on_resume_is_one_line_naming_it(tmp_path):
     assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and f"{job / 'config.yaml'} can't be read as the run's config" in lines[0], lines
+
+
+def test_w_and_b_dying_mid_run_is_one_warning_and_training_goes_on(tmp_path):
+    """W&B's service process is killed by its pid at step 5 of 30: the run completes, every step is in
+    metrics.jsonl, the console has one warning and no traceback, and the summary says what W&B lost."""
+    import os
+    import signal
+    import subprocess
+
+    from tests.test_long_runs import last_step, wait_for
+
+    job = tmp_path / "job"
+    process = start("grpo.max_steps=30", "logger.mode=offline", "save_model=false", f"hydra.run.dir={job}")
+    wait_for(lambda: last_step(job) >= 5, process)
+    found = subprocess.run(["pgrep", "-f", f"wandb-core.*--pid {process.pid}"], capture_output=True, text=True)
+    (service,) = [int(pid) for pid in found.stdout.split()]
+    os.kill(service, signal.SIGKILL)
+    out, err = process.communicate(timeout=WAIT_S)
+
+    assert process.returncode == 0, err[-3000:]
+    assert "Traceback" not in err and err.count("W&B failed") == 1
+    assert [r["step"] for r in read_metrics(job / "metrics.jsonl")] == list(range(1, 31))
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["wandb_lost"].startswith("ConnectionResetError")
+    assert "W&B     failed during the run" in out

@@ -10,16 +10,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from grpo_exp.config.schema import LoggerSettings
 from grpo_exp.folder import OFFLINE_RUNS, JobFolder, multirun_file
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_HOST = "https://api.wandb.ai"
 # W&B's own switch for its system-stats sampler (public and private spellings); set, it wins.
@@ -161,6 +162,7 @@ def wandb_run(
         reinit="finish_previous",
         settings=wandb.Settings(silent=True, **system_stats(gpu)),  # its banners repeat our one line
     )
+    _lost.clear()  # a sweep's next job tries W&B afresh
     opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wandb-init")
     opening = opener.submit(_open, options, output_dir)
     opener.shutdown(wait=False)
@@ -168,17 +170,34 @@ def wandb_run(
         yield opening
     except BaseException as exc:
         if opening.exception() is None:  # a run that failed to open has nothing to finish
-            opening.result().finish(exit_code=getattr(exc, "exit_code", 1))  # a clean stop keeps its code (130, 143)
+            code = getattr(exc, "exit_code", 1)  # a clean stop keeps its code (130, 143)
+            safely(lambda: opening.result().finish(exit_code=code))
         raise
-    opening.result().finish()
+    if opening.exception() is None:
+        safely(lambda: opening.result().finish())
 
 
 def _open(options: dict[str, Any], output_dir: Path) -> Any:
     import wandb
 
     run = wandb.init(**options)
+    _guard_log(run)
     log.info("W&B run %r: %s", run.name, view_hint(run, options["mode"], output_dir))
     return run
+
+
+def _guard_log(run: Any) -> None:
+    """``wandb.log`` and ``run.log`` through ``safely``: TRL's profiling timers and completion tables and
+    transformers' logger call them directly, so a W&B failure there is the same one warning as ours."""
+    import wandb
+
+    send = run.log
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        return safely(lambda: send(*args, **kwargs))
+
+    run.log = guarded
+    wandb.log = guarded
 
 
 def continue_history(run: Any, mode: str, output_dir: Path, resumed_from: int, rows: list[dict[str, Any]]) -> int:
@@ -188,7 +207,7 @@ def continue_history(run: Any, mode: str, output_dir: Path, resumed_from: int, r
     again from 0 in the new ``offline-run-*`` folder, so the first row is placed after the earlier
     folders' last one. Steps up to the checkpoint that W&B never received (a kill loses the last
     rows in flight) are sent from ``metrics.jsonl`` (``rows``); steps after it that W&B already
-    holds are not sent again (``ResumedWandbCallback``).
+    holds are not sent again (``GuardedWandbCallback``).
     """
     from transformers.integrations.integration_utils import rewrite_logs  # W&B's train/ keys, as logged live
 
@@ -212,3 +231,42 @@ def view_hint(run: Any, mode: str, output_dir: Path) -> str:
     if mode == "offline":
         return f"saved offline; upload with: wandb sync {JobFolder(output_dir).wandb / OFFLINE_RUNS}"
     return run.url or "online"
+
+
+# Why W&B stopped taking this job's records (None while it takes them). W&B keeps one run per
+# process, so whether it still works is the process's too.
+_lost: list[str] = []
+
+
+def lost() -> str | None:
+    """Why W&B was given up on for this job, or None while it works."""
+    return _lost[0] if _lost else None
+
+
+def safely(call: Callable[[], T], default: T | None = None) -> T | None:
+    """Run one W&B call; a failure of W&B's (its service process gone, the network, its disk) becomes
+    one warning, and W&B is left alone for the rest of the job, which trains on with ``metrics.jsonl``
+    as its record (a resume sends what W&B missed)."""
+    if _lost:
+        return default
+    try:
+        return call()
+    except Exception as exc:
+        give_up(exc)
+        return default
+
+
+def give_up(exc: BaseException) -> None:
+    """Stop using W&B for this job, with one warning, and keep its exit hook from tracing back too."""
+    reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    _lost.append(reason)
+    log.warning("W&B failed (%s): training goes on; metrics.jsonl keeps every step for a later resume", reason)
+    try:  # W&B's exit hook would report the lost service again, as a traceback: unregister it
+        from wandb.sdk import wandb_setup
+
+        connection = wandb_setup.singleton()._connection
+        if connection is not None and connection._cleanup is not None:
+            connection._cleanup()
+            connection._torn_down = True
+    except Exception:  # another wandb version: its exit hook may still print, training is unharmed
+        pass

@@ -14,8 +14,10 @@ from transformers.trainer_callback import ProgressCallback
 
 from grpo_exp.errors import UserError
 from grpo_exp.folder import JobFolder
+from grpo_exp.tracking import wandb_run
 from grpo_exp.tracking.metrics import is_evaluation, metrics_row
 from grpo_exp.tracking.monitor import Alert, HealthMonitor
+from grpo_exp.tracking.wandb_run import safely
 from grpo_exp.training import checkpoints
 from grpo_exp.training.stops import StopRequest
 
@@ -60,7 +62,7 @@ class JobCallback(TrainerCallback):
         for alert in alerts:
             log.warning("step %d: %s", alert.step, alert.message)
             if self.run is not None:
-                self.run.summary[f"alerts/{alert.kind}"] = alert.step
+                safely(lambda kind=alert.kind, step=alert.step: self.run.summary.__setitem__(f"alerts/{kind}", step))
 
 
 class SignalProgress(ProgressCallback):
@@ -76,20 +78,40 @@ class SignalProgress(ProgressCallback):
         """No second bar for the held-out batches: it would break the training bar's line for seconds of work."""
 
 
-class ResumedWandbCallback(WandbCallback):
-    """transformers' W&B logger, minus the steps W&B already holds from before a stop.
+class GuardedWandbCallback(WandbCallback):
+    """transformers' W&B logger, whose failures don't stop training, minus the steps W&B holds already.
 
+    A W&B failure (its service process gone, the network, the disk) is one warning
+    (``wandb_run.safely``); then W&B is off for the job, TRL's completions tables included.
     A resumed job trains again the steps between its checkpoint and the stop; W&B keeps one value
     per step, so those (up to ``sent_step``) are not sent twice.
     """
 
-    def __init__(self, sent_step: int) -> None:
+    def __init__(self, sent_step: int = 0) -> None:
         super().__init__()
         self.sent_step = sent_step
 
-    def on_log(self, args, state, control, model=None, logs=None, **kwargs):
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._guarded(args, super().on_train_begin, args, state, control, **kwargs)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._guarded(args, super().on_train_end, args, state, control, **kwargs)
+
+    def on_log(self, args, state, control, **kwargs):
         if state.global_step > self.sent_step:
-            super().on_log(args, state, control, model=model, logs=logs, **kwargs)
+            self._guarded(args, super().on_log, args, state, control, **kwargs)
+
+    def on_save(self, args, state, control, **kwargs):
+        self._guarded(args, super().on_save, args, state, control, **kwargs)
+
+    def on_predict(self, args, state, control, metrics, **kwargs):
+        self._guarded(args, super().on_predict, args, state, control, metrics, **kwargs)
+
+    @staticmethod
+    def _guarded(args: Any, hook: Any, *hook_args: Any, **hook_kwargs: Any) -> None:
+        safely(lambda: hook(*hook_args, **hook_kwargs))
+        if wandb_run.lost() and "wandb" in (args.report_to or []):
+            args.report_to = [backend for backend in args.report_to if backend != "wandb"]  # TRL's tables too
 
 
 class FinalEvaluation(TrainerCallback):

@@ -24,7 +24,15 @@ from grpo_exp.tracking import provenance
 from grpo_exp.tracking.metrics import objective_value, read_eval_metrics, read_metrics, summarize, summarize_eval
 from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.tracking.outcome import format_outcome
-from grpo_exp.tracking.wandb_run import RunIdentity, continue_history, resolve_mode, view_hint, wandb_run
+from grpo_exp.tracking.wandb_run import (
+    RunIdentity,
+    continue_history,
+    lost,
+    resolve_mode,
+    safely,
+    view_hint,
+    wandb_run,
+)
 from grpo_exp.training import checkpoints
 from grpo_exp.training.checkpoints import ResumePoint
 from grpo_exp.training.stops import JobStopped, StopRequest
@@ -89,6 +97,8 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
             if settings.save_model and trainer is not None:
                 trainer.save_model(str(folder.model))
             outcome["status"] = "completed" if stop.signum is None else "interrupted"
+            if lost():
+                outcome["wandb_lost"] = lost()
         except BaseException as exc:
             outcome["error"] = describe_failure(exc)
             outcome["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
@@ -98,13 +108,15 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
             summary = _summary(settings, folder, monitor, identity, outcome, write=primary)
             run = run or _opened(opening)
             if run is not None:
-                run.summary.update({f"summary/{k}": v for k, v in summary.items() if _scalar(v)})
+                safely(lambda: run.summary.update({f"summary/{k}": v for k, v in summary.items() if _scalar(v)}))
         if stop.signum is not None:
             if run is not None:
-                run.mark_preempting()
+                safely(run.mark_preempting)
             latest = checkpoints.latest(folder.path)
             raise JobStopped(stop.exit_code, summary["steps"], str(latest.path) if latest else None, stop.handover())
     if primary:
+        if lost():
+            hint = f"failed during the run ({lost()}); metrics.jsonl holds every step"
         print(format_outcome(summary, folder.path, hint), flush=True)
     value = summary.get("objective_value")
     return float(value) if value is not None else float("nan")
@@ -120,29 +132,30 @@ def _join_wandb(
     """Wait for the W&B run opening in the background; note its id for ``run_info.json`` and, after
     a resume, join its history to the stopped run's. Returns the run, the last step W&B holds, and
     how to see the run (None/0/None when tracking is off)."""
-    if opening is None:
+    run = safely(opening.result) if opening is not None else None
+    if run is None:
         return None, 0, None
-    run = opening.result()
     info["wandb"] = {"id": run.id, "name": run.name, "group": run.group, "project": run.project}
     sent = 0
     if point:
-        sent = continue_history(run, mode, folder.path, point.step, read_metrics(folder.metrics))
+        rows = read_metrics(folder.metrics)
+        sent = safely(lambda: continue_history(run, mode, folder.path, point.step, rows), default=0) or 0
     return run, sent, view_hint(run, mode, folder.path)
 
 
 def _follow(trainer: Any, run: Any, sent_step: int) -> None:
-    """Hand the opened W&B run to the trainer: alerts go to its summary, and after a resume the
-    steps W&B holds already (up to ``sent_step``) are not sent twice."""
+    """Hand the opened W&B run to the trainer: alerts go to its summary, a W&B failure is one warning
+    (``GuardedWandbCallback``), and after a resume the steps W&B holds already (up to ``sent_step``)
+    are not sent twice."""
     from transformers.integrations import WandbCallback
 
-    from grpo_exp.training.callbacks import JobCallback, ResumedWandbCallback
+    from grpo_exp.training.callbacks import GuardedWandbCallback, JobCallback
 
     for callback in trainer.callback_handler.callbacks:
         if isinstance(callback, JobCallback):
             callback.run = run
-    if sent_step:
-        trainer.remove_callback(WandbCallback)
-        trainer.add_callback(ResumedWandbCallback(sent_step))
+    if trainer.pop_callback(WandbCallback) is not None:
+        trainer.add_callback(GuardedWandbCallback(sent_step))
 
 
 def _pin_revision(info: dict[str, Any], model: Any) -> None:
@@ -154,7 +167,7 @@ def _pin_revision(info: dict[str, Any], model: Any) -> None:
 
 def _opened(opening: Future | None) -> Any:
     """The W&B run, once its opening has ended; None when tracking is off or it failed to open."""
-    return opening.result() if opening is not None and opening.exception() is None else None
+    return opening.result() if opening is not None and opening.exception() is None and not lost() else None
 
 
 def _summary(

@@ -28,6 +28,7 @@ from grpo_exp.config.schema import ExperimentConfig, ModelSettings
 from grpo_exp.config.spec import JobSpec
 from grpo_exp.folder import JobFolder
 from grpo_exp.tracking.metrics import metrics_row
+from grpo_exp.tracking.wandb_run import safely
 from grpo_exp.training import checkpoints
 from grpo_exp.training.callbacks import StageBounds
 from grpo_exp.training.checkpoints import Checkpoint, ResumePoint
@@ -122,8 +123,8 @@ class AdaptiveStages:
     def publish(self, run: Any) -> None:
         if run is not None:
             for step, metrics, reason in self.pending:
-                run.log({**metrics, "train/global_step": step})
-                run.summary.update({**metrics, "adaptive/reason": reason})
+                safely(lambda m=metrics, s=step: run.log({**m, "train/global_step": s}))
+                safely(lambda m=metrics, r=reason: run.summary.update({**m, "adaptive/reason": r}))
             self.pending.clear()
 
     def _end(self, start: int) -> int:
