@@ -11,7 +11,7 @@ so every name is here and nowhere else:
 - ``error.txt``: the traceback of a failed job;
 - ``checkpoint-<step>/`` (sealed by ``grpo_exp_state.json``), ``model/``, ``wandb/``;
 - ``.hydra/overrides.yaml``: Hydra's record of the job's overrides;
-- ``.lock``: held by the job that runs in the folder (``JobFolder.lock``), naming its host and pid.
+- ``.job.lock``: held by the job that runs in the folder (``JobFolder.lock``), naming its host and pid.
 
 A sweep folder holds its jobs and Hydra's ``multirun.yaml``; the report goes to ``report/``.
 
@@ -41,7 +41,7 @@ RUN_INFO_FILE = "run_info.json"
 PROFILES_FILE = "adaptive_profiles.jsonl"
 ERROR_FILE = "error.txt"
 OVERRIDES_FILE = ".hydra/overrides.yaml"
-LOCK_FILE = ".lock"
+LOCK_FILE = ".job.lock"
 MODEL_DIR = "model"
 WANDB_DIR = "wandb"
 OFFLINE_RUNS = "offline-run-*"
@@ -159,7 +159,7 @@ class JobFolder:
         """Hold the folder for one job: a second job for it (a second command, a sweep resumed while it
         still runs, a requeued job whose old copy lives on) fails with one line naming the holder.
 
-        An ``fcntl`` lock on ``.lock``: the kernel releases it when the holder exits, however it exits,
+        An ``fcntl`` lock on ``.job.lock``: the kernel releases it when the holder exits, however it exits,
         so a dead job never leaves a stale lock (on one host; a shared file system must support flock)."""
         self.path.mkdir(parents=True, exist_ok=True)
         path = self.path / LOCK_FILE
