@@ -102,3 +102,60 @@ def test_w_and_b_dying_mid_run_is_one_warning_and_training_goes_on(tmp_path):
     summary = json.loads((job / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["wandb_lost"].startswith("ConnectionResetError")
     assert "W&B     failed during the run" in out
+
+
+HANGING = "+reward.parts.api={fn: tests.fixtures.slow_rewards.hangs_from_the_third_call, weight: 0.1}"
+
+
+@pytest.mark.parametrize("on_timeout", ["skip", "fail"])
+def test_a_reward_call_past_its_limit_scores_none_or_fails_in_one_line(settings, caplog, on_timeout):
+    from grpo_exp.rewards.compose import build_rewards
+    from tests.fixtures import slow_rewards
+
+    cfg = settings(HANGING, "reward.timeout_s=0.2", f"reward.on_timeout={on_timeout}")
+    rewards, _ = build_rewards(cfg.reward)
+    api = next(r for r in rewards if r.__name__ == "api")
+    slow_rewards.CALLS["n"] = 2  # the next call hangs
+    if on_timeout == "fail":
+        with pytest.raises(UserError) as error:
+            api(prompts=["p", "p"], completions=["a", "b"])
+        assert str(error.value).startswith("reward part 'api' (tests.fixtures.slow_rewards.") and "\n" not in str(
+            error.value
+        )
+        assert "took over 0.2 s; raise reward.timeout_s" in str(error.value)
+    else:
+        assert api(prompts=["p", "p"], completions=["a", "b"]) == [None, None]
+        assert (
+            "reward part 'api' (tests.fixtures.slow_rewards.hangs_from_the_third_call) took over 0.2 s" in caplog.text
+        )
+    assert slow_rewards.CALLS["n"] == 3, "the hung call is still under way: nothing waited for it"
+
+
+def test_a_part_may_set_its_own_limit(settings):
+    from grpo_exp.rewards.compose import build_rewards
+
+    part = "+reward.parts.api={fn: tests.fixtures.slow_rewards.hangs_from_the_third_call, timeout_s: 5}"
+    rewards, _ = build_rewards(settings(part, "reward.timeout_s=600").reward)
+    assert {r.__name__: r.timeout_s for r in rewards} == {"format": 600, "api": 5}
+
+
+def test_ctrl_c_during_a_hung_reward_call_stops_within_the_limit_with_a_checkpoint(tmp_path):
+    """The third call of a part never returns: a Ctrl-C there stops the job once the 3 s limit passes,
+    after the step, with its checkpoint; without the limit it would wait for the call forever."""
+    import os
+    import signal
+
+    from grpo_exp.training import checkpoints
+    from tests.test_long_runs import last_step, wait_for
+
+    job = tmp_path / "job"
+    process = start(HANGING, "reward.timeout_s=3", "grpo.max_steps=20", "logger=none", f"hydra.run.dir={job}")
+    wait_for(lambda: last_step(job) >= 2, process)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=WAIT_S)
+    assert process.returncode == 130, err[-3000:]
+    assert "reward part 'api' (tests.fixtures.slow_rewards.hangs_from_the_third_call) took over 3 s" in err
+    stopped = checkpoints.latest(job)
+    summary = json.loads((job / "summary.json").read_text())
+    assert stopped is not None and stopped.step == summary["steps"] >= 3
+    assert summary["status"] == "interrupted"

@@ -99,6 +99,7 @@ RANGES: dict[str, Bound] = {
     "monitor.max_zero_std_fraction": SHARE,
     "monitor.min_improvement": NON_NEGATIVE,
     "monitor.window": AT_LEAST_ONE,
+    "reward.timeout_s": NON_NEGATIVE,
     "adaptive.interval": COUNT,
     "adaptive.samples_per_prompt": Bound(
         2, why="adaptive.samples_per_prompt={value}: a success rate needs at least 2 samples"

@@ -127,7 +127,15 @@ class RewardPart:
     start_step: int = 0
     start_when: StartWhen | None = None
     scale_by: str | None = None
+    timeout_s: float | None = None  # None: reward.timeout_s
     params: dict[str, Any] = field(default_factory=dict)
+
+
+class OnTimeout(StrEnum):
+    """What a reward call past its time limit gives: no score for that batch, or a failed job."""
+
+    skip = "skip"
+    fail = "fail"
 
 
 @dataclass
@@ -135,6 +143,8 @@ class RewardSettings:
     # Typed as Any so `+reward.parts.<name>={fn: ..., weight: ...}` can add a part from the command
     # line (OmegaConf refuses new keys of a dataclass type); to_settings checks each part instead.
     parts: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float = 600.0  # 0: no limit
+    on_timeout: OnTimeout = OnTimeout.skip
 
 
 @dataclass

@@ -13,14 +13,18 @@ and the monitor says so.
 from __future__ import annotations
 
 import inspect
+import logging
 import math
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from grpo_exp.config.schema import RewardPart, RewardSettings
+from grpo_exp.config.schema import OnTimeout, RewardPart, RewardSettings
 from grpo_exp.errors import UserError
 from grpo_exp.rewards.stages import STAGE_METRIC, StageGate
 from grpo_exp.rewards.user import CallStyle, resolve
+
+log = logging.getLogger("grpo_exp.rewards")
 
 # Arguments TRL passes every reward function besides the dataset's columns.
 TRL_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra"})
@@ -30,9 +34,17 @@ class WeightedReward:
     """One reward part as TRL calls it; ``__name__`` is the part name TRL logs it under."""
 
     def __init__(
-        self, name: str, part: RewardPart, scale_by: WeightedReward | None = None, gate: StageGate | None = None
+        self,
+        name: str,
+        part: RewardPart,
+        scale_by: WeightedReward | None = None,
+        gate: StageGate | None = None,
+        timeout_s: float = 0.0,
+        on_timeout: OnTimeout = OnTimeout.skip,
     ) -> None:
         self.__name__ = name
+        self.timeout_s = timeout_s if part.timeout_s is None else part.timeout_s  # 0: no limit
+        self.on_timeout = on_timeout
         self.spec = part.fn
         self.fn, self.style = resolve(part.fn)
         self.params = dict(part.params)
@@ -54,7 +66,9 @@ class WeightedReward:
         if not self.gate.counts(self.__name__, state):
             return [None] * len(completions)
         try:
-            scores = self._score(prompts, completions, kwargs)
+            scores = self._within_limit(lambda: self._score(prompts, completions, kwargs))
+            if scores is None:  # past its time limit, skipped for this batch
+                return [None] * len(completions)
         except UserError:
             raise
         except Exception as exc:  # the user's code failed: their input, so the same exit code as a bad return
@@ -75,6 +89,35 @@ class WeightedReward:
             return self.fn([completion_text(c) for c in completions])
         texts = [completion_text(c) for c in completions]
         return self.fn(texts, prompts=prompts, **{**kwargs, **self.params})
+
+    def _within_limit(self, call: Callable[[], Any]) -> Any:
+        """The part's scores, or None when the call outlives ``timeout_s`` (``on_timeout: skip``).
+
+        The call runs in a thread of its own, so the training process keeps control: a stop signal
+        is handled, and the job goes on without the part's scores for that batch. Python can't stop
+        the thread: a call that never returns is left behind, a daemon that doesn't hold up the exit."""
+        if not self.timeout_s:
+            return call()
+        done, outcome = threading.Event(), {}
+
+        def run() -> None:
+            try:
+                outcome["scores"] = call()
+            except BaseException as exc:  # handed to the caller, as if it had called the part itself
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"reward-{self.__name__}", daemon=True).start()
+        if done.wait(self.timeout_s):
+            if "error" in outcome:
+                raise outcome["error"]
+            return outcome["scores"]
+        where = f"reward part {self.__name__!r} ({self.spec}) took over {self.timeout_s:g} s"
+        if self.on_timeout is OnTimeout.fail:
+            raise UserError(f"{where}; raise reward.timeout_s (0: no limit) or make the call return")
+        log.warning("%s: no %s scores for this batch (reward.on_timeout=skip)", where, self.__name__)
+        return None
 
     def scores_for(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
         """This batch's scores: the ones just computed when TRL has already called this part, else fresh."""
@@ -148,7 +191,8 @@ def build_rewards(settings: RewardSettings) -> tuple[list[WeightedReward], list[
     built: dict[str, WeightedReward] = {}
     for name in _scaling_order(settings.parts):
         part = settings.parts[name]
-        built[name] = WeightedReward(name, part, built[part.scale_by] if part.scale_by else None, gate)
+        scaled_by = built[part.scale_by] if part.scale_by else None
+        built[name] = WeightedReward(name, part, scaled_by, gate, settings.timeout_s, settings.on_timeout)
     functions = [built[name] for name in settings.parts]  # TRL calls them in the config's order
     functions[0].logs_stage = gate.staged
     weights = [float(part.weight) for part in settings.parts.values()]
