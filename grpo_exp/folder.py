@@ -276,11 +276,15 @@ def write_json(path: Path, value: Any) -> None:
 def write_text(path: Path, text: str) -> None:
     """Write ``path`` so readers see the old content or the new one, never half of it."""
     partial = path.with_name(path.name + ".partial")
-    with partial.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, path)
+    try:
+        with partial.open("w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except BaseException:  # a full disk, a kill: the old file stays whole, and no half-written copy is left
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def write_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:

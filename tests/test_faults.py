@@ -159,3 +159,23 @@ def test_ctrl_c_during_a_hung_reward_call_stops_within_the_limit_with_a_checkpoi
     summary = json.loads((job / "summary.json").read_text())
     assert stopped is not None and stopped.step == summary["steps"] >= 3
     assert summary["status"] == "interrupted"
+
+
+def test_an_atomic_write_that_fails_keeps_the_old_file_and_leaves_no_partial(tmp_path, monkeypatch):
+    """A full disk mid-write (simulated ENOSPC at fsync): summary.json keeps its old content whole."""
+    import errno
+    import os
+
+    from grpo_exp.folder import write_json
+
+    path = tmp_path / "summary.json"
+    write_json(path, {"status": "completed", "steps": 10})
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        write_json(path, {"status": "failed", "steps": 11})
+    assert json.loads(path.read_text()) == {"status": "completed", "steps": 10}
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
