@@ -27,7 +27,7 @@ import json
 import os
 import platform
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -285,11 +285,6 @@ def write_text(path: Path, text: str) -> None:
     except BaseException:  # a full disk, a kill: the old file stays whole, and no half-written copy is left
         partial.unlink(missing_ok=True)
         raise
-
-
-def write_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    """A whole JSON Lines file, atomically."""
-    write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
 
 
 def _row_step(line: str) -> int:

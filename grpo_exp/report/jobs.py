@@ -18,7 +18,7 @@ from typing import Any
 
 from grpo_exp.config.schema import MonitorSettings
 from grpo_exp.folder import CONFIG_FILE, METRICS_FILE, OVERRIDES_FILE, SUMMARY_FILE, JobFolder, read_rows, read_yaml
-from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics, summarize, summarize_eval
+from grpo_exp.tracking.metrics import eval_rows, summarize, summarize_eval, training_rows
 
 DEFAULT_KL_THRESHOLD = MonitorSettings.kl_threshold
 DEFAULT_MIN_REWARD_STD = MonitorSettings.min_reward_std
@@ -107,13 +107,14 @@ def load_job(path: Path) -> Job:
         )
     monitor = config.get("monitor") if isinstance(config.get("monitor"), dict) else {}
     kl_threshold = float(monitor.get("kl_threshold", DEFAULT_KL_THRESHOLD))
-    rows = [row for row in read_metrics(folder.metrics) if finite(row.get("step"))]
-    if torn := read_rows(folder.metrics)[1]:
+    logged, torn = read_rows(folder.metrics)
+    rows = [row for row in training_rows(logged) if finite(row.get("step"))]
+    if torn:
         notes.append(f"{torn} torn line(s) in {METRICS_FILE} skipped")
     summary = folder.summary()
     if summary is None and folder.summary_file.exists():
         notes.append(f"{SUMMARY_FILE} is unreadable: figures come from {METRICS_FILE}")
-    held_out = summarize_eval(read_eval_metrics(folder.metrics))
+    held_out = summarize_eval(eval_rows(logged))
     stats = summarize(rows, kl_threshold) | held_out | {k: v for k, v in (summary or {}).items() if v is not None}
     overrides = _read_overrides(folder)
     if overrides is None:

@@ -48,16 +48,22 @@ def _eval_name(key: str) -> str:
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The training steps of a ``metrics.jsonl`` (rows that carry a reward), skipping torn lines."""
-    return _read_rows(path, "reward")
+    return training_rows(read_rows(path)[0])
 
 
 def read_eval_metrics(path: Path) -> list[dict[str, Any]]:
     """The held-out evaluations of a ``metrics.jsonl`` (rows that carry ``eval/reward``), skipping torn lines."""
-    return _read_rows(path, EVAL_REWARD)
+    return eval_rows(read_rows(path)[0])
 
 
-def _read_rows(path: Path, key: str) -> list[dict[str, Any]]:
-    return [row for row in read_rows(path)[0] if key in row]
+def training_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The training steps among ``metrics.jsonl``'s rows: those that carry a reward."""
+    return [row for row in rows if "reward" in row]
+
+
+def eval_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The held-out evaluations among ``metrics.jsonl``'s rows: those that carry ``eval/reward``."""
+    return [row for row in rows if EVAL_REWARD in row]
 
 
 def summarize_eval(rows: list[dict[str, Any]]) -> dict[str, Any]:

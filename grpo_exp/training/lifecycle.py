@@ -17,11 +17,12 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from grpo_exp.config.schema import ExperimentConfig
 from grpo_exp.config.spec import JobSpec
 from grpo_exp.errors import describe_failure
 from grpo_exp.folder import JobFolder
 from grpo_exp.tracking import provenance
-from grpo_exp.tracking.metrics import objective_value, read_eval_metrics, read_metrics, summarize, summarize_eval
+from grpo_exp.tracking.metrics import eval_rows, objective_value, read_metrics, summarize, summarize_eval, training_rows
 from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.tracking.outcome import format_outcome
 from grpo_exp.tracking.wandb_run import (
@@ -97,14 +98,14 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
             if settings.save_model and trainer is not None:
                 trainer.save_model(str(folder.model))
             outcome["status"] = "completed" if stop.signum is None else "interrupted"
-            if lost():
-                outcome["wandb_lost"] = lost()
         except BaseException as exc:
             outcome["error"] = describe_failure(exc)
             outcome["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
             raise
         finally:
             outcome["wall_time_s"] = round(time.perf_counter() - started, 2)
+            if lost():  # however the job ended
+                outcome["wandb_lost"] = lost()
             summary = _summary(settings, folder, monitor, identity, outcome, write=primary)
             run = run or _opened(opening)
             if run is not None:
@@ -171,15 +172,21 @@ def _opened(opening: Future | None) -> Any:
 
 
 def _summary(
-    settings: Any, folder: JobFolder, monitor: HealthMonitor, identity: RunIdentity, outcome: dict, write: bool
+    settings: ExperimentConfig,
+    folder: JobFolder,
+    monitor: HealthMonitor,
+    identity: RunIdentity,
+    outcome: dict,
+    write: bool,
 ) -> dict[str, Any]:
-    rows = read_metrics(folder.metrics)
-    evaluation = summarize_eval(read_eval_metrics(folder.metrics))
-    objective, value = objective_value(evaluation | summarize(rows, settings.monitor.kl_threshold), settings.objective)
+    rows = folder.rows()
+    training = summarize(training_rows(rows), settings.monitor.kl_threshold)
+    evaluation = summarize_eval(eval_rows(rows))
+    objective, value = objective_value(evaluation | training, settings.objective)
     summary = {
         "name": identity.name,
         **outcome,
-        **summarize(rows, settings.monitor.kl_threshold),
+        **training,
         **evaluation,
         "objective": objective,  # what the job returned to the sweeper: a held-out one falls back without eval
         "objective_value": value,

@@ -88,6 +88,7 @@ class AdaptiveStages:
         self.group = last.get("num_generations", spec.settings.grpo.num_generations)
         self.spent = last.get("profile_completions", 0)
         self.pending: list[tuple[int, dict[str, Any], str]] = []  # profiles for W&B, sent once the run is open
+        self.prompts: Any = None  # datasets.Dataset of the training prompts, loaded once
 
     def next_stage(self, previous: Any) -> Stage | None:
         settings = self.spec.settings
@@ -104,8 +105,6 @@ class AdaptiveStages:
         starts = last is None or self.step >= self._end(last["step"])  # else: a stop cut this stage short
         if starts and model is None:
             model, tokenizer = self._policy()
-        elif tokenizer is None:
-            tokenizer = models.load_tokenizer(settings.model, models.model_path(settings.model))
         prompts = self._prompts(tokenizer)
         if starts:  # profile the policy for the stage's group size; a stage cut short keeps its recorded one
             last = self._profile(model, tokenizer, prompts)
@@ -139,8 +138,12 @@ class AdaptiveStages:
         return model, tokenizer
 
     def _prompts(self, tokenizer: Any) -> Any:
-        """The prompts this run trains on (and profiles): never the held-out ones."""
-        return data.load_splits(self.spec.settings.dataset, tokenizer)[0]
+        """The prompts this run trains on (and profiles), never the held-out ones; the same in every stage."""
+        if self.prompts is None:
+            cfg = self.spec.settings.model
+            tokenizer = tokenizer or models.load_tokenizer(cfg, models.model_path(cfg))
+            self.prompts = data.load_splits(self.spec.settings.dataset, tokenizer)[0]
+        return self.prompts
 
     def _profile(self, model: Any, tokenizer: Any, prompts: Any) -> dict[str, Any]:
         """Profile the policy at ``self.step`` and choose the next stage's group size; the recorded profile."""
