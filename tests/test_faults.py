@@ -137,6 +137,8 @@ def test_a_part_may_set_its_own_limit(settings):
     part = "+reward.parts.api={fn: tests.fixtures.slow_rewards.hangs_from_the_third_call, timeout_s: 5}"
     rewards, _ = build_rewards(settings(part, "reward.timeout_s=600").reward)
     assert {r.__name__: r.timeout_s for r in rewards} == {"format": 600, "api": 5}
+    with pytest.raises(UserError, match=r"^reward.parts.api.timeout_s=-1.0: give seconds, or 0 for no limit$"):
+        build_rewards(settings(part.replace("timeout_s: 5", "timeout_s: -1"), "reward.timeout_s=600").reward)
 
 
 def test_ctrl_c_during_a_hung_reward_call_stops_within_the_limit_with_a_checkpoint(tmp_path):

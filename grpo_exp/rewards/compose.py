@@ -44,6 +44,8 @@ class WeightedReward:
     ) -> None:
         self.__name__ = name
         self.timeout_s = timeout_s if part.timeout_s is None else part.timeout_s  # 0: no limit
+        if not self.timeout_s >= 0:  # NaN too
+            raise UserError(f"reward.parts.{name}.timeout_s={part.timeout_s}: give seconds, or 0 for no limit")
         self.on_timeout = on_timeout
         self.spec = part.fn
         self.fn, self.style = resolve(part.fn)
