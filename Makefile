@@ -1,5 +1,6 @@
 # Set-up and the two everyday commands. `make run` and `make test` each create the virtual
-# environment first when it is missing (or older than pyproject.toml).
+# environment first when it is missing, older than pyproject.toml, or set up with another TORCH or
+# EXTRAS.
 #
 #   make run                      # python run.py on the embedded default model
 #   make run ARGS="reward=customer_service_multi grpo.max_steps=300"
@@ -19,7 +20,8 @@ PYTEST_ARGS ?=
 # fixtures (a training run shared by several tests) run once. PARALLEL= runs them in one process.
 PARALLEL ?= -n auto --dist loadfile
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# One stamp per set-up: a new TORCH or EXTRAS (e.g. the GPU set-up after `make test`) installs again.
+STAMP := $(VENV)/.installed-$(shell printf '%s|%s' '$(TORCH)' '$(EXTRAS)' | cksum | cut -d' ' -f1)
 
 .PHONY: setup run test test-slow lint sandbox-tools
 

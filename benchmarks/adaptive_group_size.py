@@ -95,7 +95,7 @@ def score_held_out(folder: Path, model_path: str | None, seed: int, samples: int
 
     settings = recorded_settings(folder)
     rewards, weights = build_rewards(settings.reward)
-    model, tokenizer = models.load(settings.model, model_path or str(folder / "model"), False)
+    model, tokenizer = models.load(settings.model, model_path or str(folder / "model"))
     held_out = data.load_splits(settings.dataset, tokenizer)[1]
     torch.manual_seed(seed)
     sampler = Sampler(model, tokenizer, rewards, weights, settings.grpo, batch=64)

@@ -1,34 +1,62 @@
-"""A GPU check that fits in five minutes, offline: GRPO steps on Qwen2.5-0.5B's architecture.
+"""The GPU story in one script, offline, under eight minutes: what users run (run.py), checked on a GPU.
 
 No hub is needed: the model is built from Qwen2.5-0.5B's config with random weights, and the
 tokenizer is a byte-level BPE of the same vocabulary size made up on the spot (random weights
-make every completion run to the full length, so each case generates the same number of tokens).
-Four cases, each in its own process (vLLM keeps its GPU memory until the process ends): TRL's
-GRPOTrainer generating with transformers (``hf``) and with vLLM in the training process
-(``vllm``: TRL's colocate mode), each with full fine-tuning and with LoRA. For each: completion
-tokens per second while generating, median step time, and peak GPU memory.
+make every completion run to the full length, so each job generates the same number of tokens).
+Every case is one ``python run.py model=qwen2_5_0_5b_instruct model.name_or_path=<that folder> ...``
+job in its own process (vLLM keeps its GPU memory until the process ends), read back from its job
+folder (``metrics.jsonl``, ``summary.json``, ``run_info.json``'s layout, ``plan.json``, ``model/``):
 
-Usage (a GPU machine with ``make setup TORCH=torch EXTRAS=dev,vllm``)::
+- ``precision``: full fine-tuning, two steps at lr 2e-5. The share of weight elements the saved
+  model changed: with float32 master weights nearly all; pure bf16 would round most updates away,
+  which a control computed here in torch shows (one weight matrix plus an Adam-sized step, in bf16).
+- ``lora``, ``qlora``: the adapter trains (its B matrices leave zero); QLoRA needs bitsandbytes.
+- ``vllm``: generation with vLLM in the training process (TRL's colocate mode) against transformers,
+  at a batch where vLLM's batching shows (8 prompts x 8 completions of 256 tokens), the first step
+  left out as warm-up, the weight sync timed apart from generation, memory as allocated and reserved.
+- ``two_processes``: ``torchrun --nproc_per_node 2 run.py``: two processes in the layout, every
+  step logged once. Needs two GPUs.
+- memory plan, for every job: the peak memory measured against ``plan.json``'s ``peak_bytes``.
 
-    .venv/bin/python benchmarks/gpu_check.py                  # all four cases, about 5 minutes
-    .venv/bin/python benchmarks/gpu_check.py --cases hf,vllm --steps 8
-    .venv/bin/python benchmarks/gpu_check.py --smoke          # on a CPU: the plumbing, tiny and short
+The timings and memory peaks come from inside run.py's process without touching the project: a
+``sitecustomize.py`` on the job's PYTHONPATH, active only when ``GPU_CHECK_TIMINGS`` names a folder,
+wraps TRL's ``GRPOTrainer._generate`` and ``VLLMGeneration.sync_weights`` once TRL imports them.
+A case that can't run here (no vLLM, one GPU, ...) is reported as skipped with its reason.
 
-``--smoke`` runs the ``hf`` case on the CPU with 2 layers, 1 step and short completions: it
-checks the script, not the speed.
+Usage (a GPU machine with ``make setup TORCH=torch EXTRAS=dev,vllm,quant``)::
+
+    .venv/bin/python benchmarks/gpu_check.py                  # every case, about 6-7 minutes
+    .venv/bin/python benchmarks/gpu_check.py --cases precision,vllm
+    .venv/bin/python benchmarks/gpu_check.py --smoke --out /tmp/check   # on a CPU: the plumbing
+
+``--smoke`` runs the cases a CPU can (precision, lora) through run.py with ``device=cpu`` on a
+shrunken model (2 layers, a small vocabulary), 1 step, short completions: it checks the script and
+the precision measurement, not the speed. Results go to ``<out>/gpu_check.json`` and ``.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
+import importlib.util
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "benchmarks"
 
 # Qwen/Qwen2.5-0.5B-Instruct's config.json (the architecture; the weights here are random).
 QWEN2_5_0_5B = {
@@ -49,30 +77,174 @@ QWEN2_5_0_5B = {
     "eos_token_id": 151645,
 }
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 151643-151645, as in Qwen's tokenizer
-CASES = {  # name -> (generate with vLLM, LoRA)
-    "hf": (False, False),
-    "vllm": (True, False),
-    "hf_lora": (False, True),
-    "vllm_lora": (True, True),
+# Qwen's ChatML, without its tool and system-prompt branches: the dataset's prompts are chats.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+# --smoke shrinks the model so two run.py jobs fit the test's time on 2 CPU cores; the layers,
+# heads and initialisation (normal, std 0.02) stay Qwen's kind, so the precision figures still mean it.
+SMOKE_REGULAR_TOKENS = 2048
+SMOKE_ARCHITECTURE = {
+    "num_hidden_layers": 2,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 1024,
+    "vocab_size": SMOKE_REGULAR_TOKENS + 64,  # the special tokens, padded as Qwen pads its vocabulary
+    "bos_token_id": SMOKE_REGULAR_TOKENS,
+    "eos_token_id": SMOKE_REGULAR_TOKENS + 2,
 }
-# The workload: 2 prompts x groups of 8 per step, completions of 256 tokens (the article's default).
-WORKLOAD = {"num_generations": 8, "per_device_train_batch_size": 16, "max_completion_length": 256, "steps": 5}
-SMOKE = {"num_generations": 2, "per_device_train_batch_size": 2, "max_completion_length": 8, "steps": 1, "layers": 2}
-VLLM_MEMORY_SHARE = 0.3  # of the GPU, for vLLM's weights and KV cache in colocate mode
-LORA = {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}
-PROMPTS = 64
 
 
-def build_model(folder: Path, layers: int | None) -> None:
-    """Random-weight Qwen2.5-0.5B (bf16) and a tokenizer of its vocabulary size, saved to ``folder``."""
+@dataclass(frozen=True)
+class Workload:
+    """One job's size: steps, group, prompts per step, completion length."""
+
+    steps: int
+    num_generations: int
+    prompts_per_step: int
+    max_completion_length: int
+
+    def overrides(self) -> list[str]:
+        return [
+            f"grpo.max_steps={self.steps}",
+            f"grpo.num_generations={self.num_generations}",
+            f"grpo.prompts_per_step={self.prompts_per_step}",
+            f"grpo.max_completion_length={self.max_completion_length}",
+        ]
+
+
+# Each GPU workload is sized to its question; together they stay well inside TOTAL_BUDGET_S.
+TRAINING_WORKLOAD = Workload(steps=2, num_generations=4, prompts_per_step=2, max_completion_length=64)
+# vLLM's gain is batching: 64 completions of 256 tokens at once (the article's length), 1 warm-up step + 3.
+GENERATION_WORKLOAD = Workload(steps=4, num_generations=8, prompts_per_step=8, max_completion_length=256)
+SMOKE_WORKLOAD = Workload(steps=1, num_generations=4, prompts_per_step=2, max_completion_length=8)
+WARMUP_CALLS = 1  # timings dropped from the front: CUDA kernels, vLLM's first batch, allocator growth
+LEARNING_RATE = 2e-5  # the article's rate; Adam's first steps move every weight by about this much
+LENGTH_TARGET_CHARS = 4096  # above any completion here: the reward pays for every character
+BF16_CONTROL_WEIGHT = "model.layers.0.mlp.down_proj.weight"  # any matrix with Qwen's initialisation
+CHANGED_SHARE_MIN = 0.5  # fp32 master weights: most elements must move in one step
+UNCHANGED_SHARE_MIN = 0.5  # pure bf16: most elements must stay put (the round-away the check shows)
+# Per case on one H200, start-up (imports, model load: ~30 s a job) included; the model build is ~30 s.
+CASE_ESTIMATE_S = {"precision": 60, "lora": 50, "qlora": 60, "vllm": 240, "two_processes": 70}
+CASE_TIMEOUT_S = {"precision": 150, "lora": 150, "qlora": 150, "vllm": 330, "two_processes": 180}
+SMOKE_TIMEOUT_S = 120
+STOP_GRACE_S = 15  # for a timed-out job to end its workers itself
+TOTAL_BUDGET_S = 470  # under 8 minutes: a case that no longer fits is skipped, not started
+TIMINGS_ENV = "GPU_CHECK_TIMINGS"
+GIB = 2**30
+
+# Written as sitecustomize.py into a folder on the job's PYTHONPATH: Python imports it at start-up.
+# It imports nothing heavy itself (run.py refuses a bad config before torch loads); it patches TRL's
+# classes when their modules are first imported, and writes its record after every timed call and at
+# exit, so a job that ends abruptly still leaves what it measured.
+TIMING_SHIM = '''"""gpu_check's timers inside a run.py job: active only when $GPU_CHECK_TIMINGS names a folder."""
+import atexit, importlib.abc, importlib.util, json, os, resource, sys, time
+
+FOLDER = os.environ.get("GPU_CHECK_TIMINGS")
+RECORD = {"generate_s": [], "sync_weights_s": []}
+
+
+def _cuda():
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+
+def _write():
+    if not any(RECORD.values()):  # a helper process that never generated: not the job
+        return
+    torch = _cuda()
+    memory = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if torch is not None:
+        free, total = torch.cuda.mem_get_info()
+        memory.update(
+            peak_allocated_bytes=torch.cuda.max_memory_allocated(),
+            peak_reserved_bytes=torch.cuda.max_memory_reserved(),
+            device_used_bytes=total - free,
+        )
+    path = os.path.join(FOLDER, f"timings_rank{os.environ.get('RANK', '0')}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump({**RECORD, **memory, "cuda": torch is not None}, f)
+    os.replace(path + ".tmp", path)
+
+
+def _timed(key, method):
+    def timed(*args, **kwargs):
+        torch = _cuda()
+        if torch is not None:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            if torch is not None:
+                torch.cuda.synchronize()
+            RECORD[key].append(time.perf_counter() - start)
+            _write()
+
+    return timed
+
+
+def _patch_trainer(module):
+    module.GRPOTrainer._generate = _timed("generate_s", module.GRPOTrainer._generate)
+
+
+def _patch_vllm(module):
+    module.VLLMGeneration.sync_weights = _timed("sync_weights_s", module.VLLMGeneration.sync_weights)
+
+
+PATCHES = {"trl.trainer.grpo_trainer": _patch_trainer, "trl.generation.vllm_generation": _patch_vllm}
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    busy = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in PATCHES or self.busy:
+            return None
+        self.busy = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.busy = False
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            PATCHES[name](module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if FOLDER:
+    sys.meta_path.insert(0, _PatchOnImport())
+    atexit.register(_write)
+'''
+
+
+# ---------------------------------------------------------------- the offline model
+
+
+def build_model(folder: Path, smoke: bool) -> None:
+    """Random-weight Qwen2.5-0.5B (bf16, as Qwen ships it) and a tokenizer of its vocabulary, in ``folder``.
+
+    Built on the CPU: this process must hold no GPU memory while the jobs run."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(**{**QWEN2_5_0_5B, "num_hidden_layers": layers or QWEN2_5_0_5B["num_hidden_layers"]})
+    architecture = {**QWEN2_5_0_5B, **(SMOKE_ARCHITECTURE if smoke else {})}
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    model = Qwen2ForCausalLM(Qwen2Config(**architecture)).to(torch.bfloat16)
+    model.generation_config.eos_token_id = architecture["eos_token_id"]
     model.save_pretrained(folder)
-    build_tokenizer(QWEN2_5_0_5B["bos_token_id"]).save_pretrained(folder)
+    tokenizer = build_tokenizer(architecture["bos_token_id"])
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
 
 
 def build_tokenizer(regular: int):
@@ -107,175 +279,557 @@ def build_tokenizer(regular: int):
     return tokenizer
 
 
-def length_reward(completions, **kwargs):
-    """Any reward will do for timing; this one varies, so GRPO has advantages to train on."""
-    return [len(c) / 1000 for c in completions]
+# ---------------------------------------------------------------- running run.py jobs
 
 
-def run_case(name: str, model_dir: Path, out: Path, workload: dict, cpu: bool) -> dict:
-    """One case in this process: train a few steps and return its figures."""
-    import torch
-    from datasets import Dataset
-    from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+@dataclass
+class Context:
+    """What every case needs: where the model and the jobs live, and how much time is left."""
 
-    use_vllm, lora = CASES[name]
-    gen_seconds: list[float] = []
-    step_ends: list[float] = []
+    model_dir: Path
+    work: Path
+    shim_dir: Path
+    smoke: bool
+    deadline: float  # time.monotonic() by which the whole check must end
+    gpus: int
 
-    def sync() -> None:
-        if not cpu:
-            torch.cuda.synchronize()
+    def workload(self, gpu_workload: Workload) -> Workload:
+        return SMOKE_WORKLOAD if self.smoke else gpu_workload
 
-    class TimedGRPOTrainer(GRPOTrainer):
-        """Times generation (HF or vLLM) inside each step."""
+    def timeout(self, case: str) -> float:
+        """The case's own limit, within what is left of the whole check's."""
+        if self.smoke:
+            return SMOKE_TIMEOUT_S
+        return min(CASE_TIMEOUT_S[case], self.deadline - time.monotonic())
 
-        def _generate(self, *args, **kwargs):
-            sync()
-            start = time.perf_counter()
-            result = super()._generate(*args, **kwargs)
-            sync()
-            gen_seconds.append(time.perf_counter() - start)
-            return result
 
-    class StepClock(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            sync()
-            step_ends.append(time.perf_counter())
+@dataclass
+class Job:
+    """One finished run.py job and what its folder holds."""
 
-    dtype = torch.float32 if cpu else torch.bfloat16
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    prompts = Dataset.from_list([{"prompt": f"Question {i}: explain step {i} of the plan."} for i in range(PROMPTS)])
-    config = GRPOConfig(
-        output_dir=str(out),
-        use_cpu=cpu,
-        bf16=not cpu,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        max_steps=workload["steps"],
-        num_generations=workload["num_generations"],
-        per_device_train_batch_size=workload["per_device_train_batch_size"],
-        max_completion_length=workload["max_completion_length"],
-        learning_rate=1e-6,
-        beta=0.0,
-        use_vllm=use_vllm,
-        vllm_mode="colocate",
-        vllm_gpu_memory_utilization=VLLM_MEMORY_SHARE,
-    )
-    trainer = TimedGRPOTrainer(
-        model=model,
-        processing_class=tokenizer,
-        reward_funcs=length_reward,
-        args=config,
-        train_dataset=prompts,
-        peft_config=LoraConfig(task_type="CAUSAL_LM", **LORA) if lora else None,
-        callbacks=[StepClock()],
-    )
-    if not cpu:
-        torch.cuda.reset_peak_memory_stats()
-    sync()
+    name: str
+    folder: Path
+    returncode: int
+    wall_s: float
+    log_tail: str
+    timings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and self.summary().get("status") == "completed"
+
+    def read(self, name: str) -> dict[str, Any]:
+        """A JSON file of the job folder; {} when it is missing or torn."""
+        try:
+            return json.loads((self.folder / name).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def summary(self) -> dict[str, Any]:
+        return self.read("summary.json")
+
+    def layout(self) -> dict[str, Any]:
+        return self.read("run_info.json").get("layout", {})
+
+    def steps(self) -> list[dict[str, Any]]:
+        """metrics.jsonl's training steps (rows with a reward), torn lines skipped."""
+        rows = []
+        path = self.folder / "metrics.jsonl"
+        for line in path.read_text().splitlines() if path.exists() else []:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if "reward" in row:
+                rows.append(row)
+        return rows
+
+    def failure(self) -> str:
+        """The job's last error line (error.txt holds the traceback of a job that raised)."""
+        error = self.folder / "error.txt"
+        lines = error.read_text().strip().splitlines() if error.exists() else self.log_tail.strip().splitlines()
+        last = lines[-1] if lines else "no output"
+        return f"run.py exit {self.returncode}: {last[:300]}"
+
+
+def run_job(ctx: Context, name: str, overrides: list[str], timeout_s: float, processes: int = 1) -> Job:
+    """``python run.py`` (or torchrun with ``processes``) on the random model, with the timing shim."""
+    folder = ctx.work / name
+    timings = ctx.work / f"{name}_timings"
+    timings.mkdir(parents=True)
+    launcher = [sys.executable]
+    if processes > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+    command = [
+        *launcher,
+        "run.py",
+        "model=qwen2_5_0_5b_instruct",
+        f"model.name_or_path={ctx.model_dir}",
+        "logger=none",
+        f"hydra.run.dir={folder}",
+        *(["device=cpu", "threads=1"] if ctx.smoke else ["device=cuda"]),
+        "grpo.save_steps=0",  # no checkpoints: only the final model/ matters here
+        "dataset.eval_fraction=0",  # no held-out evaluation: every second goes to the steps measured
+        # Random weights never write the article's format, so its reward is flat and nothing would train
+        # (zero advantages); characters vary with the sampled tokens, so a length reward gives groups spread.
+        "reward=custom",
+        "reward.parts.main.fn=length_score",
+        f"+reward.parts.main.params.target={LENGTH_TARGET_CHARS}",
+        f"optimizer.lr={LEARNING_RATE}",
+        *overrides,
+    ]
+    python_path = os.pathsep.join(p for p in (str(ctx.shim_dir), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": python_path, TIMINGS_ENV: str(timings), "HF_HUB_OFFLINE": "1"}
+    env["TRANSFORMERS_OFFLINE"] = "1"
+    log_file = ctx.work / f"{name}.log"
     started = time.perf_counter()
-    trainer.train()
-    lengths = [row["completions/mean_length"] for row in trainer.state.log_history if "completions/mean_length" in row]
-    tokens = sum(lengths) * workload["per_device_train_batch_size"]
-    steps = [b - a for a, b in zip([started, *step_ends], step_ends, strict=False)]
-    return {
-        "case": name,
+    # The log goes to a file, not a pipe: a worker that outlives its launcher can't hold the check up.
+    with log_file.open("w") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            returncode = process.wait(timeout=max(1.0, timeout_s))
+        except subprocess.TimeoutExpired:
+            _stop(process)
+            returncode = 124
+            log.write(f"\ntimed out after {timeout_s:.0f} s\n")
+    log_text = log_file.read_text(errors="replace")
+    job = Job(name, folder, returncode, round(time.perf_counter() - started, 1), log_text[-4000:])
+    record = timings / "timings_rank0.json"
+    job.timings = json.loads(record.read_text()) if record.exists() else {}
+    return job
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """End a job that ran past its time, with everything it started: SIGTERM first (torchrun passes it
+    to its workers), then SIGKILL to the whole tree, found in /proc beforehand (torchrun starts each
+    worker in a session of its own, so a process-group kill would miss them)."""
+    tree = _process_tree(process.pid)
+    process.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=STOP_GRACE_S)
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait()
+
+
+def _process_tree(root: int) -> list[int]:
+    """``root`` and its descendants, from /proc/<pid>/stat's parent ids."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return tree
+
+
+# ---------------------------------------------------------------- reading a job into a row
+
+
+def job_row(case: str, job: Job) -> dict[str, Any]:
+    """The figures every job has: status, wall time, layout, steps, and memory against its plan."""
+    steps = job.steps()
+    row: dict[str, Any] = {
+        "case": case,
+        "status": "ok" if job.ok else "failed",
+        "wall_s": job.wall_s,
+        "layout": job.layout(),
         "steps": len(steps),
-        "completion_tokens": round(tokens),
-        "generation_tokens_per_s": round(tokens / sum(gen_seconds), 1),
-        "median_step_s": round(statistics.median(steps[1:] or steps), 3),  # the first step warms up
-        "peak_gpu_memory_gib": None if cpu else round(torch.cuda.max_memory_allocated() / 2**30, 2),
-        "gpu_memory_in_use_gib": None if cpu else round(_in_use_gib(), 2),
+        "timed_generations": len(job.timings.get("generate_s", [])),  # the shim saw run.py's trainer
+        "figures": {},
+        "checks": {},
+        "memory": memory_against_plan(job),
+    }
+    if steps:
+        row["figures"].update(
+            reward=round(steps[-1]["reward"], 4),
+            kl=round(steps[-1].get("kl", float("nan")), 6),
+            mean_completion_tokens=round(statistics.mean(r["completions/mean_length"] for r in steps), 1),
+        )
+    if not job.ok:
+        row["reason"] = job.failure()
+    return row
+
+
+def memory_against_plan(job: Job) -> dict[str, Any]:
+    """Measured peak (torch's allocator on a GPU, the process's peak RSS on a CPU) over plan.json's peak."""
+    timings, plan = job.timings, job.read("plan.json")
+    measured = timings.get("peak_allocated_bytes") if timings.get("cuda") else timings.get("peak_rss_bytes")
+    planned = plan.get("peak_bytes")
+    return {
+        "measure": "torch.cuda.max_memory_allocated" if timings.get("cuda") else "peak RSS (CPU)",
+        "peak_bytes": measured,
+        "peak_reserved_bytes": timings.get("peak_reserved_bytes"),
+        "device_used_bytes": timings.get("device_used_bytes"),
+        "plan_peak_bytes": planned,
+        "plan_phase": plan.get("peak_phase"),
+        "measured_over_plan": round(measured / planned, 3) if measured and planned else None,
+        "plan": "plan.json missing" if not plan else None,
     }
 
 
-def _in_use_gib() -> float:
-    """GPU memory in use by anything (vLLM's pool included), as the driver reports it."""
+def check(row: dict[str, Any], name: str, passed: bool) -> None:
+    """Record one check; a failed check fails the row."""
+    row["checks"][name] = bool(passed)
+    if not passed and row["status"] == "ok":
+        row["status"] = "failed"
+        row["reason"] = f"check failed: {name}"
+
+
+def skipped(case: str, reason: str) -> dict[str, Any]:
+    return {"case": case, "status": "skipped", "reason": reason}
+
+
+def median_after_warmup(values: list[float]) -> float | None:
+    kept = values[WARMUP_CALLS:] or values
+    return round(statistics.median(kept), 4) if kept else None
+
+
+# ---------------------------------------------------------------- the cases
+
+
+def case_precision(ctx: Context) -> list[dict[str, Any]]:
+    """Full fine-tuning at lr 2e-5: the share of weight elements the saved model changed, and the
+    pure-bf16 round-away of the same size of update, computed here, beside it."""
+    job = run_job(ctx, "precision", ctx.workload(TRAINING_WORKLOAD).overrides(), ctx.timeout("precision"))
+    row = job_row("precision", job)
+    initial = _load_weights(ctx.model_dir)
+    row["figures"].update(bf16_control(initial[BF16_CONTROL_WEIGHT]))
+    if job.ok:
+        trained = _load_weights(job.folder / "model")
+        row["figures"].update(changed_shares(initial, trained))
+        fp32 = row["layout"].get("weight_dtype") == row["figures"]["trained_dtype"] == "float32"
+        check(row, "trained and saved in float32", fp32)
+        check(row, f"changed share > {CHANGED_SHARE_MIN}", row["figures"]["changed_share"] > CHANGED_SHARE_MIN)
+    unchanged = row["figures"]["bf16_control_unchanged_share"]
+    check(row, f"bf16 control unchanged share > {UNCHANGED_SHARE_MIN}", unchanged > UNCHANGED_SHARE_MIN)
+    return [row]
+
+
+def _load_weights(folder: Path) -> dict[str, Any]:
+    """Every tensor of a saved model folder (one or several safetensors files), by name."""
+    from safetensors.torch import load_file
+
+    weights: dict[str, Any] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        weights.update(load_file(file))
+    return weights
+
+
+def changed_shares(initial: dict[str, Any], trained: dict[str, Any]) -> dict[str, Any]:
+    """Shares of elements the job changed, as saved (fp32) and as pure-bf16 storage would have kept them.
+
+    The initial weights are bf16 values, so ``bf16(trained) == initial`` is exactly "this update,
+    applied to bf16 weights, rounds away"."""
     import torch
 
-    free, total = torch.cuda.mem_get_info()
-    return (total - free) / 2**30
+    names = sorted(set(initial) & set(trained))
+    total = changed = kept_in_bf16 = 0
+    for name in names:
+        before, after = initial[name].float(), trained[name].float()
+        total += before.numel()
+        changed += int((after != before).sum())
+        kept_in_bf16 += int((after.to(torch.bfloat16).float() != before).sum())
+    return {
+        "tensors_compared": len(names),
+        "trained_dtype": str(next(iter(trained.values())).dtype).removeprefix("torch.") if trained else None,
+        "changed_share": round(changed / total, 4) if total else 0.0,
+        "changed_share_if_stored_bf16": round(kept_in_bf16 / total, 4) if total else 0.0,
+    }
+
+
+def bf16_control(weight: Any) -> dict[str, Any]:
+    """One of the model's matrices plus an Adam-sized step (lr x sign, Adam's first update), in pure bf16
+    and in fp32: the share of elements the bf16 sum leaves unchanged is the round-away."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    step = LEARNING_RATE * torch.randn(weight.shape, generator=generator).sign()
+    in_bf16 = weight.to(torch.bfloat16) + step.to(torch.bfloat16)
+    in_fp32 = weight.float() + step
+    return {
+        "bf16_control_weight": BF16_CONTROL_WEIGHT,
+        "bf16_control_unchanged_share": round(float((in_bf16 == weight.to(torch.bfloat16)).float().mean()), 4),
+        "fp32_control_unchanged_share": round(float((in_fp32 == weight.float()).float().mean()), 4),
+    }
+
+
+def case_lora(ctx: Context, quantized: bool = False) -> list[dict[str, Any]]:
+    """LoRA (or QLoRA): the job trains and saves an adapter whose B matrices have left zero."""
+    name = "qlora" if quantized else "lora"
+    if quantized and ctx.smoke:
+        return [skipped(name, "4-bit loading needs a CUDA GPU")]
+    if quantized and importlib.util.find_spec("bitsandbytes") is None:
+        return [skipped(name, "bitsandbytes is not installed: pip install -e '.[quant]'")]
+    overrides = [*ctx.workload(TRAINING_WORKLOAD).overrides(), "model.lora.enabled=true"]
+    overrides += ["model.quantization.load_in_4bit=true"] if quantized else []
+    job = run_job(ctx, name, overrides, ctx.timeout(name))
+    row = job_row(name, job)
+    if job.ok:
+        adapter = _load_weights(job.folder / "model")
+        b = [t for n, t in adapter.items() if "lora_B" in n]
+        moved = sum(int((t != 0).sum()) for t in b)
+        size = sum(t.numel() for t in b)
+        row["figures"].update(
+            adapter_tensors=len(adapter), lora_b_nonzero_share=round(moved / size, 4) if size else 0.0
+        )
+        check(row, "an adapter was saved", bool(b))
+        check(
+            row,
+            f"lora_B nonzero share > {CHANGED_SHARE_MIN}",
+            row["figures"]["lora_b_nonzero_share"] > CHANGED_SHARE_MIN,
+        )
+    return [row]
+
+
+def case_vllm(ctx: Context) -> list[dict[str, Any]]:
+    """vLLM colocate against transformers generation, same workload, warm-up left out: seconds per
+    generation, completion tokens per second, weight sync apart, memory allocated vs reserved."""
+    if ctx.smoke:
+        return [skipped("vllm", "vLLM needs a GPU")]
+    if importlib.util.find_spec("vllm") is None:
+        return [skipped("vllm", "vLLM is not installed: pip install -e '.[vllm]'")]
+    workload = ctx.workload(GENERATION_WORKLOAD)
+    rows = []
+    for name, use_vllm in (("generation_transformers", False), ("generation_vllm", True)):
+        overrides = [*workload.overrides(), f"grpo.use_vllm={str(use_vllm).lower()}", "save_model=false"]
+        overrides += ["grpo.vllm_mode=colocate"] if use_vllm else []
+        job = run_job(ctx, name, overrides, ctx.timeout("vllm"))
+        row = job_row(name, job)
+        generate, sync = job.timings.get("generate_s", []), job.timings.get("sync_weights_s", [])
+        # vLLM's sync runs inside _generate: generation proper is the difference, call by call.
+        generation = generate
+        if use_vllm:  # each generation here began with one sync
+            generation = [g - s for g, s in zip(generate, sync, strict=False)] + generate[len(sync) :]
+        tokens = workload.prompts_per_step * workload.num_generations * row["figures"].get("mean_completion_tokens", 0)
+        gen_s = median_after_warmup(generation)
+        row["figures"].update(
+            generation_s=gen_s,
+            completion_tokens_per_s=round(tokens / gen_s, 1) if gen_s else None,
+            weight_sync_s=median_after_warmup(sync) if use_vllm else None,
+            step_s=median_after_warmup([r["step_time"] for r in job.steps() if "step_time" in r]),
+        )
+        if job.ok:
+            check(row, "generation was timed", len(generate) > WARMUP_CALLS)
+            if use_vllm:
+                check(row, "weight syncs were timed", len(sync) > WARMUP_CALLS)
+        rows.append(row)
+    plain, fast = (r["figures"].get("completion_tokens_per_s") for r in rows)
+    if plain and fast:
+        rows[1]["figures"]["speedup_over_transformers"] = round(fast / plain, 2)
+    return rows
+
+
+def case_two_processes(ctx: Context) -> list[dict[str, Any]]:
+    """torchrun with two processes: the layout counts two, and metrics.jsonl has every step once."""
+    if ctx.smoke:
+        return [skipped("two_processes", "needs two GPUs (the CPU version is tests/test_multiprocess.py)")]
+    if ctx.gpus < 2:
+        return [skipped("two_processes", f"{ctx.gpus} GPU visible: needs 2")]
+    workload = ctx.workload(TRAINING_WORKLOAD)
+    job = run_job(ctx, "two_processes", [*workload.overrides(), "save_model=false"], ctx.timeout("two_processes"), 2)
+    row = job_row("two_processes", job)
+    if job.ok:
+        numbers = [r["step"] for r in job.steps()]
+        row["figures"]["logged_steps"] = numbers
+        check(row, "layout processes == 2", row["layout"].get("processes") == 2)
+        check(row, "every step logged exactly once", numbers == list(range(1, workload.steps + 1)))
+    return [row]
+
+
+CASES: dict[str, Callable[[Context], list[dict[str, Any]]]] = {
+    "precision": case_precision,
+    "lora": case_lora,
+    "qlora": lambda ctx: case_lora(ctx, quantized=True),
+    "vllm": case_vllm,
+    "two_processes": case_two_processes,
+}
+SMOKE_CASES = ("precision", "lora")  # the ones a CPU can run
+
+
+def run_cases(ctx: Context, cases: list[str]) -> list[dict[str, Any]]:
+    """Every case's rows, in order, with its wall time printed.
+
+    On a GPU one after another (each job has the GPU to itself, and a case that no longer fits the
+    time budget is skipped); the smoke run's CPU jobs run side by side, one torch thread each, since
+    most of a tiny job is its single-threaded start-up."""
+
+    def one(case: str) -> list[dict[str, Any]]:
+        left = ctx.deadline - time.monotonic()
+        if not ctx.smoke and left < CASE_ESTIMATE_S[case]:
+            return [
+                skipped(case, f"time budget: {left:.0f} s left of {TOTAL_BUDGET_S}, needs ~{CASE_ESTIMATE_S[case]}")
+            ]
+        started = time.monotonic()
+        rows = CASES[case](ctx)
+        statuses = ", ".join(f"{r['case']} {r['status']}" for r in rows)
+        print(f"{case}: {statuses} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+        return rows
+
+    if not ctx.smoke:
+        return [row for case in cases for row in one(case)]
+    with ThreadPoolExecutor(max_workers=len(cases)) as pool:
+        return [row for rows in pool.map(one, cases) for row in rows]
+
+
+# ---------------------------------------------------------------- the report
+
+
+def versions() -> dict[str, str | None]:
+    found = {}
+    for package in ("torch", "trl", "transformers", "peft", "vllm", "bitsandbytes"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def _gib(value: float | None) -> str:
+    return "-" if value is None else f"{value / GIB:.2f}"
+
+
+def _figures_text(row: dict[str, Any]) -> str:
+    """The row's own figures, short: the ones a reader compares."""
+    f = row.get("figures", {})
+    shown = []
+    for key, label in (
+        ("changed_share", "changed"),
+        ("changed_share_if_stored_bf16", "changed if stored bf16"),
+        ("bf16_control_unchanged_share", "bf16 control unchanged"),
+        ("fp32_control_unchanged_share", "fp32 control unchanged"),
+        ("lora_b_nonzero_share", "lora_B nonzero"),
+        ("generation_s", "generation s"),
+        ("completion_tokens_per_s", "tokens/s"),
+        ("weight_sync_s", "weight sync s"),
+        ("step_s", "step s"),
+        ("speedup_over_transformers", "speed-up"),
+        ("logged_steps", "logged steps"),
+        ("reward", "reward"),
+    ):
+        if f.get(key) is not None:
+            shown.append(f"{label} {f[key]}")
+    return "; ".join(shown)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as the markdown table gpu_check.md holds (and the script prints)."""
+    v = report["versions"]
+    lines = [
+        f"# GPU check ({'smoke run on the CPU: plumbing only' if report['smoke'] else 'one GPU run'})",
+        "",
+        f"- date: {report['date']}",
+        f"- GPU: {report['gpu'] or 'none'}",
+        f"- torch {v['torch']}, trl {v['trl']}, transformers {v['transformers']}, vllm {v['vllm'] or 'not installed'}, "
+        f"bitsandbytes {v['bitsandbytes'] or 'not installed'}",
+        f"- total wall time: {report['wall_s']} s (model build {report['model_build_s']} s)",
+        "",
+        "| case | status | wall (s) | layout | figures | peak memory (GiB) | reserved (GiB) | plan peak (GiB) "
+        "| measured / plan | note |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in report["cases"]:
+        layout = row.get("layout") or {}
+        where = (
+            f"{layout.get('device')} {layout.get('precision')}, {layout.get('weight_dtype')} weights" if layout else "-"
+        )
+        memory = row.get("memory") or {}
+        cells = [
+            row["case"],
+            row["status"],
+            row.get("wall_s", "-"),
+            where + (f", {layout['processes']} processes" if layout.get("processes", 1) > 1 else ""),
+            _figures_text(row) or "-",
+            _gib(memory.get("peak_bytes")) + (" (RSS)" if memory.get("measure", "").startswith("peak RSS") else ""),
+            _gib(memory.get("peak_reserved_bytes")),
+            _gib(memory.get("plan_peak_bytes")),
+            memory.get("measured_over_plan") or memory.get("plan") or "-",
+            row.get("reason", ""),
+        ]
+        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+    lines += [
+        "",
+        "Peak memory: `torch.cuda.max_memory_allocated()` in the job's process (with vLLM colocate it includes",
+        "vLLM's weights and KV-cache pool, `grpo.vllm_gpu_memory_utilization` of the GPU); reserved:",
+        "`max_memory_reserved()`; on the CPU, the process's peak RSS (torch's libraries included). Plan peak:",
+        "the job's `plan.json` `peak_bytes`. Timings are medians with the first call left out as warm-up.",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def refusal(cases: list[str], smoke: bool) -> str | None:
-    """Why these cases can't run on this machine, in one line; None when they can."""
-    import importlib.util
-
-    import torch
-
+    """Why the check can't run on this machine, in one line; None when it can."""
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        return f"unknown case {unknown[0]!r}; cases: {', '.join(CASES)}"
     if smoke:
         return None
+    import torch
+
     if not torch.cuda.is_available():
         return "no CUDA GPU visible: this check needs one (on a CPU, --smoke checks the script itself)"
-    if any(CASES[c][0] for c in cases) and importlib.util.find_spec("vllm") is None:
-        return "vLLM is not installed: pip install -e '.[vllm]', or run --cases hf,hf_lora"
     return None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
-    parser.add_argument("--steps", type=int, default=WORKLOAD["steps"], help="GRPO steps per case")
-    parser.add_argument("--smoke", action="store_true", help="a tiny CPU run of the hf case: checks the script")
-    parser.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one case in this process
-    parser.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true", help="a tiny CPU run of precision and lora: checks the script")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for gpu_check.json and gpu_check.md")
     args = parser.parse_args()
-    workload = {**(SMOKE if args.smoke else WORKLOAD)}
-    workload["steps"] = 1 if args.smoke else args.steps
-
-    if args.case:
-        out = Path(tempfile.mkdtemp(prefix=f"gpu_check_{args.case}_"))
-        print("RESULT " + json.dumps(run_case(args.case, args.model_dir, out, workload, cpu=args.smoke)), flush=True)
-        return
-
-    cases = ["hf"] if args.smoke else [c.strip() for c in args.cases.split(",") if c.strip()]
-    unknown = sorted(set(cases) - set(CASES))
-    reason = f"unknown case {unknown[0]!r}; cases: {', '.join(CASES)}" if unknown else refusal(cases, args.smoke)
-    if reason:
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    if args.smoke and args.cases == parser.get_default("cases"):
+        cases = list(SMOKE_CASES)
+    if reason := refusal(cases, args.smoke):
         print(f"error: {reason}", file=sys.stderr)
         sys.exit(2)
-    results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(tmp, "qwen2_5_0_5b_random")
-        started = time.perf_counter()
-        build_model(model_dir, SMOKE["layers"] if args.smoke else None)
-        print(f"model built in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-        for case in cases:
-            command = [
-                sys.executable,
-                __file__,
-                "--case",
-                case,
-                "--model-dir",
-                str(model_dir),
-                "--steps",
-                str(args.steps),
-            ]
-            command += ["--smoke"] if args.smoke else []
-            started = time.perf_counter()
-            result = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
-            lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-            if result.returncode or not lines:
-                print(f"{case}: failed (exit {result.returncode}):\n{result.stderr[-3000:]}", file=sys.stderr)
-                continue
-            results.append({**json.loads(lines[-1][len("RESULT ") :]), "wall_s": round(time.perf_counter() - started)})
-    print(f"\n{workload['steps']} steps x {workload['per_device_train_batch_size']} completions of up to "
-          f"{workload['max_completion_length']} tokens (groups of {workload['num_generations']})\n")  # fmt: skip
-    print("| case | generation tokens/s | median step (s) | peak torch GPU memory (GiB) | GPU memory in use (GiB) "
-          "| wall (s) |\n|---|---|---|---|---|---|")  # fmt: skip
-    for r in results:
-        print(f"| {r['case']} | {r['generation_tokens_per_s']} | {r['median_step_s']} | {r['peak_gpu_memory_gib']} | "
-              f"{r['gpu_memory_in_use_gib']} | {r['wall_s']} |")  # fmt: skip
-    by_case = {r["case"]: r for r in results}
-    for plain, fast in (("hf", "vllm"), ("hf_lora", "vllm_lora")):
-        if plain in by_case and fast in by_case:
-            speedup = by_case[fast]["generation_tokens_per_s"] / by_case[plain]["generation_tokens_per_s"]
-            print(f"\nvLLM generation speed-up over transformers ({plain}): {speedup:.2f}x")
-    if len(results) < len(cases):
+
+    import torch
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        work = Path(tmp)
+        (work / "shim").mkdir()
+        (work / "shim" / "sitecustomize.py").write_text(TIMING_SHIM)
+        ctx = Context(
+            model_dir=work / "qwen2_5_0_5b_random",
+            work=work,
+            shim_dir=work / "shim",
+            smoke=args.smoke,
+            deadline=started + TOTAL_BUDGET_S,
+            gpus=0 if args.smoke else torch.cuda.device_count(),
+        )
+        build_model(ctx.model_dir, args.smoke)
+        model_build_s = round(time.monotonic() - started, 1)
+        print(f"model built in {model_build_s} s", file=sys.stderr)
+        rows = run_cases(ctx, cases)
+    gpu = next((r["layout"].get("gpu_name") for r in rows if r.get("layout", {}).get("gpu_name")), None)
+    report = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "smoke": args.smoke,
+        "gpu": gpu,
+        "gpus_visible": ctx.gpus,
+        "versions": versions(),
+        "model_build_s": model_build_s,
+        "wall_s": round(time.monotonic() - started, 1),
+        "cases": rows,
+    }
+    # A smoke run's figures say nothing about a GPU: they never replace the GPU run's files by default.
+    out = Path(tempfile.mkdtemp(prefix="gpu_check_smoke_")) if args.smoke and args.out == DEFAULT_OUT else args.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_check.json").write_text(json.dumps(report, indent=2) + "\n")
+    table = markdown(report)
+    (out / "gpu_check.md").write_text(table)
+    print(table)
+    print(f"written to {out}", file=sys.stderr)
+    if any(r["status"] == "failed" for r in rows):
         sys.exit(1)
 
 

@@ -6,6 +6,12 @@ Config errors from Hydra and OmegaConf are described in config/errors.py.
 
 from __future__ import annotations
 
+import errno
+from collections.abc import Iterator
+
+# What a write to a full disk (or a full quota) raises.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
 
 class UserError(Exception):
     """A problem the user can fix; the message names it and the fix, on one line."""
@@ -24,3 +30,25 @@ def describe_failure(exc: BaseException) -> str:
             "with a smaller grpo.per_device_train_batch_size, or model.quantization.load_in_4bit=true"
         )
     return f"{type(exc).__name__}: {text}"
+
+
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception it was raised from or while handling."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def no_space(exc: BaseException) -> bool:
+    """Whether a disk (or quota) ran full somewhere on the way to ``exc``.
+
+    torch's checkpoint writer reports a full disk as a bare RuntimeError; the caller judges that one
+    from the free space it finds (``folder.JobFolder.space``)."""
+    return any(isinstance(e, OSError) and e.errno in NO_SPACE for e in causes(exc))
+
+
+def failed_write(exc: BaseException) -> bool:
+    """Whether torch's file writer failed somewhere on the way to ``exc`` (a full disk, or another fault)."""
+    return any(isinstance(e, RuntimeError) and "inline_container" in str(e) for e in causes(exc))

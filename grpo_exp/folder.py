@@ -7,6 +7,7 @@ so every name is here and nowhere else:
 - ``metrics.jsonl``: one JSON object per logging step (and per held-out evaluation, per profile);
 - ``summary.json``: how the job ended and its figures, written when it ends, stops or fails;
 - ``run_info.json``: provenance, the model's source, the W&B run to continue, each resume;
+- ``plan.json``: the memory plan predicted at the start (``python -m grpo_exp.plan``);
 - ``adaptive_profiles.jsonl``: an adaptive run's profile and choice before each stage;
 - ``error.txt``: the traceback of a failed job;
 - ``checkpoint-<step>/`` (sealed by ``grpo_exp_state.json``), ``model/``, ``wandb/``;
@@ -27,6 +28,7 @@ import json
 import os
 import platform
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,7 @@ CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 RUN_INFO_FILE = "run_info.json"
+PLAN_FILE = "plan.json"
 PROFILES_FILE = "adaptive_profiles.jsonl"
 ERROR_FILE = "error.txt"
 OVERRIDES_FILE = ".hydra/overrides.yaml"
@@ -128,6 +131,18 @@ class JobFolder:
     def run_info(self) -> dict[str, Any]:
         return read_json(self.run_info_file) or {}
 
+    def record(self, path: Path) -> dict[str, Any]:
+        """A JSON record of the folder that a resume continues ({} when absent); a one-line ``UserError``
+        when it is damaged, since writing over it would lose what it held."""
+        if not path.is_file():
+            return {}
+        value = read_json(path)
+        if value is None:
+            raise UserError(
+                f"{path} is damaged (not a JSON object): restore it from a backup, or move it away to resume without it"
+            )
+        return value
+
     def write_config(self, text: str) -> None:
         write_text(self.config, text)
 
@@ -137,8 +152,17 @@ class JobFolder:
     def write_run_info(self, info: dict[str, Any]) -> None:
         write_json(self.run_info_file, info)
 
+    def write_plan(self, plan: dict[str, Any]) -> None:
+        """The job's memory plan (``grpo_exp.plan``), as predicted when it started."""
+        write_json(self.path / PLAN_FILE, plan)
+
     def write_error(self, text: str) -> None:
         write_text(self.error, text)
+
+    def space(self) -> tuple[int, int]:
+        """Free bytes on the folder's disk, and the bytes a checkpoint of this job takes (its largest so far)."""
+        sizes = [sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for _, p in self.checkpoints()]
+        return shutil.disk_usage(self.path).free, max(sizes, default=0)
 
     def rows(self) -> list[dict[str, Any]]:
         """Every whole row of ``metrics.jsonl``, in order."""

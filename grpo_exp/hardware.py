@@ -1,6 +1,7 @@
-"""Cheap answers about the machine, without importing torch (validation must stay under a second).
+"""Answers about the machine: cheap probes without torch, and what torch itself reports (``machine``).
 
-These are probes; the job's decision from them is made once, in ``config.layout.decide``.
+The probes serve checks that must not import torch (``--help``, a bad config's one-line error). The
+job's device and precision are decided once, in ``config.layout.decide``, from ``machine()``.
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ import importlib.util
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 _NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 CPU_BUILD_SUFFIX = "+cpu"  # how a CPU-only torch wheel spells its version
+BF16_MIN_CAPABILITY = (8, 0)  # NVIDIA GPUs compute bf16 in hardware from Ampere on; older ones emulate it
 
 
 def cuda_available() -> bool:
@@ -49,3 +52,56 @@ def world_size() -> int:
 def rank() -> int:
     """This process's rank in the job (0 for a plain run)."""
     return int(os.environ.get("RANK", "0"))
+
+
+def local_rank() -> int:
+    """This process's index on its machine: the GPU it trains on under a launcher (0 for a plain run)."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def driver_present() -> bool:
+    """Whether an NVIDIA driver is installed, whatever torch can do with it."""
+    return (_NVIDIA_GPUS.is_dir() and any(_NVIDIA_GPUS.iterdir())) or shutil.which("nvidia-smi") is not None
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What torch reports about the GPUs this process can use (simulated in tests)."""
+
+    torch_version: str
+    cuda_build: bool  # torch was built with CUDA (a ``+cpu`` wheel was not)
+    driver: bool  # an NVIDIA driver is installed
+    gpus: int = 0  # CUDA devices visible to this process
+    name: str | None = None  # the training GPU's name
+    capability: tuple[int, int] | None = None  # its compute capability
+    native_bf16: bool = False  # bf16 in hardware (Ampere, compute capability 8.0, and later)
+    memory_bytes: int | None = None
+
+
+def machine(index: int = 0, only_first: bool = False) -> Machine:
+    """torch's own answer, for the GPU ``index`` this process would train on.
+
+    ``only_first``: a plain run on a machine with several GPUs is given the first one alone
+    (``CUDA_VISIBLE_DEVICES``), set before CUDA starts; ``Machine.gpus`` still counts them all, so the
+    job can say how to use them. Counting uses NVML and starts no CUDA context.
+    """
+    import torch
+
+    found = Machine(torch.__version__, torch.version.cuda is not None, driver_present())
+    gpus = torch.cuda.device_count() if found.cuda_build else 0
+    if not gpus:
+        return found
+    if only_first and gpus > 1:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible.split(",")[0] if visible else "0"
+    props = torch.cuda.get_device_properties(index)
+    return Machine(
+        found.torch_version,
+        True,
+        found.driver,
+        gpus=gpus,
+        name=props.name,
+        capability=(props.major, props.minor),
+        native_bf16=(props.major, props.minor) >= BF16_MIN_CAPABILITY,
+        memory_bytes=props.total_memory,
+    )

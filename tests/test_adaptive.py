@@ -205,13 +205,13 @@ def test_a_profile_after_a_resume_reads_the_checkpoints_weights(settings, tmp_pa
     from grpo_exp.training.schedule import load_policy
 
     cfg = settings().model
-    trained, _ = models.load(cfg, models.model_path(cfg), False)
+    trained, _ = models.load(cfg, models.model_path(cfg))
     with torch.no_grad():
         trained.model.embed_tokens.weight.mul_(0.5)
     trained.save_pretrained(tmp_path / "checkpoint-3")
-    base, _ = models.load(cfg, models.model_path(cfg), False)
+    base, _ = models.load(cfg, models.model_path(cfg))
     assert not torch.equal(base.model.embed_tokens.weight, trained.model.embed_tokens.weight)
-    restored, _ = load_policy(cfg, tmp_path / "checkpoint-3", gpu=False)
+    restored, _ = load_policy(cfg, tmp_path / "checkpoint-3")
     assert torch.equal(restored.model.embed_tokens.weight, trained.model.embed_tokens.weight)
     assert torch.equal(restored.lm_head.weight, trained.lm_head.weight)  # tied, as the base model's
 

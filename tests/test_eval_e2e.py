@@ -11,8 +11,9 @@ from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics
 from tests.test_train_e2e import run_training
 from tests.wandb_records import read_run
 
-STEPS = 3  # evaluations at step 0 (eval_on_start), 2 (eval_steps) and 3 (the last step, not a multiple of 2)
-RUN = (f"grpo.max_steps={STEPS}", "grpo.eval_steps=2", "grpo.eval_on_start=true", "dataset.eval_fraction=0.05")
+# evaluations at step 0 (eval_on_start, on by default), 2 (eval_steps) and 3 (the last step, not a multiple of 2)
+STEPS = 3
+RUN = (f"grpo.max_steps={STEPS}", "grpo.eval_steps=2", "dataset.eval_fraction=0.05")
 EVAL_KEYS = ("eval/reward", "eval/reward_std", "eval/rewards/format/mean")
 
 
@@ -41,8 +42,9 @@ def test_summary_holds_first_final_and_best_eval_reward_and_returns_it(eval_run)
     assert summary["first_eval_reward"] == rewards[0] and summary["final_eval_reward"] == rewards[-1]
     assert summary["best_eval_reward"] == max(rewards) and summary["evaluations"] == len(rewards)
     assert summary["objective"] == "final_eval_reward" and summary["objective_value"] == rewards[-1]
+    assert summary["base_eval_reward"] == rewards[0] and set(summary["base_eval_parts"]) == {"format"}  # step 0
     console = (eval_run.parent / "console.txt").read_text(encoding="utf-8")
-    assert f"eval    {rewards[0]:.3f} -> {rewards[-1]:.3f} (held-out reward, first -> last of 3" in console
+    assert f"eval    {rewards[0]:.3f} -> {rewards[-1]:.3f} (held-out reward, base model -> after training; 3" in console
 
 
 def test_the_wandb_run_logs_the_same_eval_keys(eval_run):
@@ -58,4 +60,5 @@ def test_without_held_out_prompts_the_objective_falls_back_to_training(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert read_eval_metrics(out / "metrics.jsonl") == [] and summary["final_eval_reward"] is None
+    assert summary["base_eval_reward"] is None
     assert summary["objective"] == "final_reward" and summary["objective_value"] == summary["final_reward"]

@@ -79,6 +79,29 @@ def test_a_damaged_config_yaml_on_resume_is_one_line_naming_it(tmp_path):
     assert len(lines) == 1 and f"{job / 'config.yaml'} can't be read as the run's config" in lines[0], lines
 
 
+@pytest.mark.parametrize("record", ["run_info.json", "summary.json"])
+def test_a_damaged_record_on_resume_is_one_line_naming_it_and_nothing_is_overwritten(settings, tmp_path, record):
+    """Read as absent, a torn run_info.json lost the W&B run to continue, and was then written over."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from grpo_exp.job import resume
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "config.yaml").write_text(OmegaConf.to_yaml(dataclasses.asdict(settings())), encoding="utf-8")
+    torn = '{"wandb": {"id": "4xzf'
+    (job / record).write_text(torn, encoding="utf-8")
+    recorded = resume.recorded_settings(job, [])
+    with pytest.raises(UserError) as error:
+        resume.plan(dataclasses.replace(recorded, resume=str(job)), job)
+    assert str(error.value).startswith(f"{job / record} is damaged (not a JSON object)") and "\n" not in str(
+        error.value
+    )
+    assert (job / record).read_text(encoding="utf-8") == torn
+
+
 def test_w_and_b_dying_mid_run_is_one_warning_and_training_goes_on(tmp_path):
     """W&B's service process is killed by its pid at step 5 of 30: the run completes, every step is in
     metrics.jsonl, the console has one warning and no traceback, and the summary says what W&B lost."""
@@ -181,3 +204,81 @@ def test_an_atomic_write_that_fails_keeps_the_old_file_and_leaves_no_partial(tmp
         write_json(path, {"status": "failed", "steps": 11})
     assert json.loads(path.read_text()) == {"status": "completed", "steps": 10}
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+# A disk that holds one checkpoint of the tiny model (about 14 MiB) but not two.
+SMALL_DISK = "24m"
+LARGER_DISK = "64m"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of ``SMALL_DISK``, where this machine lets the test mount one (as root)."""
+    import os
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = (
+        os.geteuid() == 0
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK}", "tmpfs", str(disk)], capture_output=True
+        ).returncode
+        == 0
+    )
+    if not mounted:
+        pytest.skip("no tmpfs can be mounted here; test_a_full_disk_is_one_line_naming_the_space simulates it")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_during_a_checkpoint_is_one_line_keeps_the_last_and_resumes(small_disk):
+    """The checkpoint at step 4 doesn't fit: one line with its own exit code, checkpoint-2 kept whole."""
+    import subprocess
+
+    from tests.test_long_runs import run
+
+    job = small_disk / "job"
+    overrides = ("grpo.max_steps=4", "grpo.save_steps=2", "logger=none", "dataset.eval_fraction=0")
+    full = run(*overrides, f"hydra.run.dir={job}")
+    assert full.returncode == 28, full.stderr[-3000:]
+    errors = [line for line in full.stderr.splitlines() if "ERROR" in line or "Traceback" in line]
+    assert len(errors) == 1 and f"the disk holding {job} is full: a checkpoint of this job takes 13 MiB" in errors[0]
+    assert (
+        f"resume with: python run.py resume={job} (checkpoint-2 is kept, the unfinished checkpoint-4 removed)"
+        in (errors[0])
+    )
+    assert [p.name for p in job.glob("checkpoint-*")] == ["checkpoint-2"]
+    subprocess.run(["mount", "-o", f"remount,size={LARGER_DISK}", str(small_disk)], check=True)
+    resumed = run(f"resume={job}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [r["step"] for r in read_metrics(job / "metrics.jsonl") if "loss" in r] == [1, 2, 3, 4]
+    assert json.loads((job / "summary.json").read_text())["status"] == "completed"
+
+
+def test_a_full_disk_is_one_line_naming_the_space(tmp_path):
+    """The same, with the disk's answer simulated: torch's writer fails, then ENOSPC on the way out."""
+    import errno
+
+    from grpo_exp.job.command import _disk_full
+    from grpo_exp.training.checkpoints import seal
+
+    job = JobFolder(tmp_path / "job")
+    whole = job.checkpoint(2)
+    whole.mkdir(parents=True)
+    (whole / "optimizer.pt").write_bytes(b"o" * 3 * 2**20)
+    seal(whole, 2, {})
+    (job.checkpoint(4)).mkdir()
+    (job.checkpoint(4) / "optimizer.pt").write_bytes(b"o" * 2**20)  # cut short
+    try:
+        try:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 6604352 vs 6604244")
+        except RuntimeError:
+            raise OSError(errno.ENOSPC, "No space left on device") from None
+    except OSError as exc:
+        line = _disk_full(exc, job, f"python run.py resume={job.path}")
+    assert line is not None and "\n" not in line
+    assert f"the disk holding {job.path} is full: a checkpoint of this job takes 3 MiB" in line
+    assert "(checkpoint-2 is kept, the unfinished checkpoint-4 removed)" in line
+    assert [p.name for _, p in job.checkpoints()] == ["checkpoint-2"]
+    assert _disk_full(ValueError("another failure"), job, "") is None

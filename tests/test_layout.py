@@ -55,11 +55,13 @@ MAY_IMPORT = {
     "sandbox": set(),
     "models": {"config"},
     "data": {"config"},
-    "tracking": {"config"},
-    "training": {"config", "tracking", *DOMAIN},
+    "tracking": {"config", "rewards"},  # the monitor reads the solved shares the rewards log (rewards/solved.py)
+    "training": {"config", "tracking", "plan", *DOMAIN},  # a job writes its memory plan when it starts
     "job": {"config", "tracking", "training", "report", "dashboard", *DOMAIN},  # a sweep's end runs the report
     "report": {"config", "tracking"},
     "dashboard": {"config", "tracking"},
+    # python -m grpo_exp.plan composes jobs as run.py does (job.preflight); its probe samples as training does
+    "plan": {"config", "job", "tracking", "training", *DOMAIN},
 }
 # Entry points above every layer.
 TOOLS = {"schema_gen": {"config"}}
@@ -124,12 +126,15 @@ def test_each_job_folder_name_is_written_in_the_folder_module_only():
 
 
 def test_the_gpu_is_decided_in_one_function():
+    """torch's answer about the machine (``hardware.machine``) is asked for in config/layout.py alone."""
     callers = [
         f"{module_name(path)}:{node.lineno}"
         for path in PACKAGE.rglob("*.py")
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.Call)
-        and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) == "cuda_available"
+        and isinstance(node.func, ast.Attribute)
+        and getattr(node.func.value, "id", None) == "hardware"
+        and node.func.attr in ("machine", "cuda_available")
     ]
     assert len(callers) == 1 and callers[0].startswith("grpo_exp.config.layout:"), callers
 

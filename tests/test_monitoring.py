@@ -117,3 +117,96 @@ def test_a_nan_loss_stops_the_job_after_recording_the_step(tmp_path):
     with pytest.raises(UserError, match="training diverged: the loss is NaN at step 7"):
         callback.on_log(None, state, None, logs={"loss": float("nan"), "reward": 0.2})
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [7, 7]
+
+
+def converging(step: int) -> dict:
+    """A 0/1 reward learnt by step 10: groups all wrong at first, then mixed, then all right (solved)."""
+    solved = min(1.0, step / 10)
+    mixed = 0.5 if 3 < step < 10 else 0.0  # the share of groups whose completions differ
+    return {
+        "reward": solved,
+        "reward_std": 0.5 if mixed else 0.0,
+        "kl": 0.02,
+        "frac_reward_zero_std": 1.0 - mixed,
+        "frac_solved": solved,
+        "frac_solved_groups": 1.0 if step >= 10 else 0.0,
+    }
+
+
+def test_groups_alike_because_solved_are_converged_not_homogeneous():
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW))
+    assert feed(monitor, [converging(step) for step in range(10, 40)]) == []  # at its ceiling: no alarm
+    assert monitor.finish(40) == []  # nor weak improvement: a reward at its ceiling has nothing left to gain
+
+
+def test_groups_alike_below_the_ceiling_still_raise_the_alarm():
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW))
+    stuck = {**converging(1), "reward": 0.0, "frac_solved": 0.0}  # every group all wrong
+    kinds = [a.kind for a in feed(monitor, [stuck] * 6)]
+    assert kinds == ["low_reward_std", "zero_std_groups"]
+    (zero,) = [a for a in monitor.alerts if a.kind == "zero_std_groups"]
+    assert "100% of groups scored every completion the same below the reward's ceiling" in zero.message
+
+
+def test_a_run_that_reaches_its_ceiling_raises_nothing_after_it():
+    """The default run's shape: mixed groups while it learns, then solved groups; one alike-but-solved
+    stretch must not read as homogeneous generations."""
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW))
+    rows = [{**converging(step), "frac_reward_zero_std": 0.0} for step in range(1, 10)]
+    rows += [converging(10)] * 30
+    assert feed(monitor, rows) == []
+
+
+def test_without_ceilings_alike_groups_are_judged_as_before():
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW))
+    solved_but_unknown = {k: v for k, v in converging(20).items() if not k.startswith("frac_solved")}
+    kinds = [a.kind for a in feed(monitor, [solved_but_unknown] * 5)]
+    assert kinds == ["low_reward_std", "zero_std_groups"]
+
+
+def test_partly_solved_groups_count_only_the_unsolved_alike_ones():
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW, max_zero_std_fraction=0.5))
+    row = {"reward": 0.6, "reward_std": 0.4, "kl": 0.02, "frac_solved": 0.6}
+    # 80 % alike, 40 % solved whole: 40 % alike below the ceiling, under the threshold
+    assert feed(monitor, [{**row, "frac_reward_zero_std": 0.8, "frac_solved_groups": 0.4}] * 5) == []
+    # 90 % alike, 30 % solved: 60 % stuck
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW, max_zero_std_fraction=0.5))
+    alerts = feed(monitor, [{**row, "frac_reward_zero_std": 0.9, "frac_solved_groups": 0.3}] * 5)
+    assert [a.kind for a in alerts] == ["zero_std_groups"] and alerts[0].message.startswith("60% of groups")
+
+
+def test_every_built_in_part_declares_its_ceiling():
+    from grpo_exp.rewards import names
+    from grpo_exp.rewards.registry import ceiling
+
+    assert all(ceiling(name) is not None for name in names())
+    assert (ceiling("regex_match"), ceiling("length_score"), ceiling("soft_overlong")) == (1.0, 0.0, 0.0)
+
+
+def test_a_reward_logs_the_share_of_solved_completions_and_groups(settings):
+    from grpo_exp.rewards.compose import build_rewards
+
+    parts, _ = build_rewards(settings("reward=customer_service_multi").reward)
+    good = "您好，请稍候。问题已解决，谢谢。退款"
+    prompts = ["a", "a", "b", "b"]
+    completions = [good, good, good, "no"]
+    logged: dict[str, float] = {}
+    columns = {"required_answers": [["退款"]] * 4}
+    for part in parts:
+        part(prompts=prompts, completions=completions, log_metric=logged.__setitem__, **columns)
+    assert logged["frac_solved"] == 0.75 and logged["frac_solved_groups"] == 0.5
+
+
+def test_a_user_part_without_a_ceiling_leaves_solved_unknown(settings, tmp_path):
+    from grpo_exp.rewards.compose import build_rewards
+
+    (tmp_path / "r.py").write_text("def one(completions):\n    return [1.0 for _ in completions]\n")
+    fn = f"{tmp_path / 'r.py'}:one"
+    for overrides, logs in (
+        (["reward=custom", f"reward.parts.main.fn={fn}"], False),
+        (["reward=custom", f"reward.parts.main.fn={fn}", "reward.parts.main.ceiling=1"], True),
+    ):
+        (part,), _ = build_rewards(settings(*overrides).reward)
+        logged: dict[str, float] = {}
+        part(prompts=["a", "a"], completions=["x", "y"], log_metric=logged.__setitem__)
+        assert ("frac_solved" in logged) is logs

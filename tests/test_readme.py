@@ -46,6 +46,7 @@ SKIPPED = {
     "accelerate launch": "several GPUs (tests/test_accelerate_configs.py checks the configs parse)",
     "CUDA_VISIBLE_DEVICES=": "several GPUs and vLLM",
     ".venv/bin/python benchmarks/": "a benchmark of several minutes, not a test",
+    "python -m grpo_exp.tracking.repair": "needs a job whose W&B run died (tests/test_wandb_repair.py runs it)",
 }
 
 
@@ -138,6 +139,12 @@ def argv(command: str) -> list[str]:
         return [sys.executable, str(ROOT / "run.py"), *words[2:], *FAST]
     if words[0] == "make":
         return ["make", "-C", str(ROOT), *words[1:]]
+    if words[:3] == ["python", "-m", "grpo_exp.plan"]:  # reads the config, and samples the tiny model
+        return [sys.executable, "-m", "grpo_exp.plan", *words[3:]]
+    if words[0] == "torchrun":  # two CPU processes here (gloo)
+        script = words.index("run.py")
+        torchrun = str(Path(sys.executable).parent / "torchrun")
+        return [torchrun, *words[1:script], str(ROOT / "run.py"), *words[script + 1 :], *FAST]
     raise AssertionError(f"README command of an unknown kind: {command}")
 
 
@@ -150,12 +157,14 @@ def test_every_readme_command_is_run_or_skipped_with_a_reason():
         argv(command)  # every remaining command is one this test knows how to run
 
 
-# Checks each command as run.py does before Hydra starts, all in one process.
+# Checks each command as run.py does before Hydra starts, all in one process; each at the process
+# count it is launched with (WORLD_SIZE, as torchrun and accelerate set it).
 PREFLIGHT_PROBE = """
-import contextlib, io, json, sys
+import contextlib, io, json, os, sys
 from grpo_exp.job import command as cli
 results = []
-for args in json.loads(sys.argv[1]):
+for processes, args in json.loads(sys.argv[1]):
+    os.environ["WORLD_SIZE"] = str(processes)
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         try:
@@ -166,15 +175,38 @@ for args in json.loads(sys.argv[1]):
     results.append({"code": code, "stderr": err.getvalue()})
 print(json.dumps(results))
 """
+# accelerate's configs in accelerate/ launch this many processes unless --num_processes says otherwise.
+ACCELERATE_DEFAULT_PROCESSES = 8
+
+
+def launched(command: str) -> tuple[int, list[str]] | None:
+    """A torchrun or accelerate launch command's process count and run.py arguments (None for others)."""
+    words = [w for w in shlex.split(command) if not re.match(r"^[A-Z_]+=", w)]  # CUDA_VISIBLE_DEVICES=… first
+    if not words or words[0] not in ("torchrun", "accelerate") or "run.py" not in words:
+        return None
+    launcher, args = words[: words.index("run.py")], words[words.index("run.py") + 1 :]
+    options = dict(re.findall(r"--(num_processes|nproc_per_node)[ =](\d+)", " ".join(launcher)))
+    count = options.get("num_processes") or options.get("nproc_per_node") or ACCELERATE_DEFAULT_PROCESSES
+    return int(count), args
+
+
+def test_readme_finds_its_launch_commands():
+    counts = [launched(c)[0] for c in readme_commands() if launched(c)]
+    assert 8 in counts and 4 in counts and 2 in counts, counts
 
 
 def test_every_job_of_every_readme_command_is_valid(tmp_path):
-    """The sweeps included (the group-size examples used to stop on a batch-size error)."""
+    """The sweeps included (the group-size examples used to stop on a batch-size error), and the
+    accelerate and torchrun commands at their process counts (8-process ZeRO-3 did not split the batch)."""
     user_files(tmp_path)
     commands = [c for c in runnable() if c.startswith("python run.py")] + inline_runnable()
-    args = [argv(c)[2:] for c in commands]
+    jobs = [(1, argv(c)[2:]) for c in commands]
+    for command in readme_commands():
+        if (launch := launched(command)) is not None:
+            commands.append(command)
+            jobs.append((launch[0], [*launch[1], *FAST]))
     done = subprocess.run(
-        [sys.executable, "-c", PREFLIGHT_PROBE, json.dumps(args)],
+        [sys.executable, "-c", PREFLIGHT_PROBE, json.dumps(jobs)],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,

@@ -74,4 +74,5 @@ def test_each_reward_part_logs_its_spread_within_groups():
     completions = ["x", "y", "y", "y"]  # every completion is one character long
     for function in functions:
         function(["p", "p", "q", "q"], completions, log_metric=logged.__setitem__)
-    assert logged == {"rewards/constant/group_std": 0.0, "rewards/keywords/group_std": pytest.approx(0.25)}
+    spreads = {k: v for k, v in logged.items() if k.endswith("/group_std")}
+    assert spreads == {"rewards/constant/group_std": 0.0, "rewards/keywords/group_std": pytest.approx(0.25)}

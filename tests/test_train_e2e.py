@@ -34,8 +34,11 @@ def default_run(tmp_path_factory) -> Path:
 def test_reward_rises(default_run):
     summary = json.loads((default_run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == STEPS
-    assert summary["first_reward"] < 0.2
+    # where the model starts: its held-out reward before the first step (grpo.eval_on_start); the first
+    # tenth of training steps already moves (4 steps at lr 5e-4) and is a noisier measure of it
+    assert summary["base_eval_reward"] < 0.2
     assert summary["final_reward"] > summary["first_reward"] + 0.2
+    assert summary["final_eval_reward"] > summary["base_eval_reward"] + 0.2
 
 
 def test_metrics_hold_reward_std_and_kl_every_step(default_run):
@@ -106,21 +109,6 @@ def test_hub_model_configs_load_through_the_same_path(settings, tmp_path, model)
     lora = settings(f"model={model}").model.lora.enabled
     assert ("adapter_config.json" in saved) == lora  # Mistral's config trains a LoRA adapter
     assert "loading float32" in result.stderr  # bfloat16 weights on a CPU are loaded as float32
-
-
-def test_accelerate_launch_with_two_processes_writes_one_job(tmp_path):
-    """Multi-process training through accelerate (2 CPU processes here, GPUs elsewhere)."""
-    out = tmp_path / "ddp"
-    accelerate = Path(sys.executable).parent / "accelerate"
-    command = [str(accelerate), "launch", "--cpu", "--num_processes", "2", "--num_machines", "1"]
-    command += ["--mixed_precision", "no", "--dynamo_backend", "no", "run.py", f"hydra.run.dir={out}"]
-    command += ["grpo.max_steps=3", "logger.mode=offline"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert len(read_metrics(out / "metrics.jsonl")) == 3  # written once, by the first process
-    assert len(list((out / "wandb").glob("offline-run-*"))) == 1
-    config = (out / "config.yaml").read_text()
-    assert "per_device_train_batch_size: 12" in config
 
 
 @pytest.mark.slow

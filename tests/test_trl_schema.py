@@ -42,11 +42,11 @@ def test_hand_kept_choices_are_the_ones_trl_documents(name):
 
 def test_trl_accepts_our_grpo_defaults(settings, tmp_path: Path):
     """The whole grpo group, as composed by default, builds a GRPOConfig (no field TRL refuses)."""
-    from grpo_exp.config.layout import Layout
+    from grpo_exp.config.layout import Layout, Precision
     from grpo_exp.config.spec import build_spec
     from grpo_exp.training.trainer import grpo_config
 
-    cpu = Layout(gpu=False, bf16=False, processes=1, rank=0)
+    cpu = Layout("cpu", Precision.fp32, "float32", "float32", processes=1, rank=0)
     cfg: ExperimentConfig = settings("grpo.top_k=5", "grpo.epsilon_high=0.28", "grpo.save_total_limit=2")
     checked = build_spec(cfg)
     args = grpo_config(cfg, cpu, tmp_path, list(checked.weights), report_to_wandb=False)

@@ -9,6 +9,7 @@ import pytest
 from grpo_exp import hardware
 from grpo_exp.config.spec import build_spec
 from grpo_exp.errors import UserError
+from tests.machines import A100, CPU_ONLY
 
 
 def fails(settings, *overrides: str) -> str:
@@ -66,17 +67,19 @@ def test_small_group_warns_with_the_articles_reason(settings):
 
 
 def test_vllm_on_cpu_warns_and_4bit_on_cpu_fails(settings, monkeypatch):
-    monkeypatch.setattr(hardware, "cuda_available", lambda: False)
+    monkeypatch.setattr(hardware, "machine", lambda *a, **k: CPU_ONLY)
     assert "generating with transformers on this CPU" in build_spec(settings("grpo.use_vllm=true")).warnings[0]
-    assert "needs a CUDA GPU" in fails(settings, "model.quantization.load_in_4bit=true")
+    assert "needs a CUDA GPU" in fails(settings, "model.quantization.load_in_4bit=true", "model.lora.enabled=true")
     assert "no CUDA GPU is visible" in fails(settings, "device=cuda")
 
 
 def test_vllm_on_gpu_without_vllm_installed_fails(settings, monkeypatch):
-    monkeypatch.setattr(hardware, "cuda_available", lambda: True)
+    monkeypatch.setattr(hardware, "machine", lambda *a, **k: A100)
     monkeypatch.setattr(hardware, "installed", lambda name: False)
     assert "pip install -e '.[vllm]'" in fails(settings, "grpo.use_vllm=true")
-    assert "pip install -e '.[quant]'" in fails(settings, "model.quantization.load_in_4bit=true")
+    assert "pip install -e '.[quant]'" in fails(
+        settings, "model.quantization.load_in_4bit=true", "model.lora.enabled=true"
+    )
 
 
 def test_missing_and_empty_data_files(settings, tmp_path):
@@ -174,7 +177,7 @@ def test_model_mistakes(settings):
 
 
 def test_4bit_without_lora_is_refused(settings, monkeypatch):
-    monkeypatch.setattr(hardware, "cuda_available", lambda: True)
+    monkeypatch.setattr(hardware, "machine", lambda *a, **k: A100)
     monkeypatch.setattr(hardware, "installed", lambda name: True)
     assert "add model.lora.enabled=true" in fails(
         settings, "model=qwen2_5_0_5b_instruct", "model.quantization.load_in_4bit=true"

@@ -99,6 +99,9 @@ RANGES: dict[str, Bound] = {
     "monitor.max_zero_std_fraction": SHARE,
     "monitor.min_improvement": NON_NEGATIVE,
     "monitor.window": AT_LEAST_ONE,
+    "monitor.solved_window": COUNT,
+    "probe.prompts": COUNT,
+    "probe.generation_batch": COUNT,
     "reward.timeout_s": NON_NEGATIVE,
     "adaptive.interval": COUNT,
     "adaptive.samples_per_prompt": Bound(

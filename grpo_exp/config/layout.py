@@ -1,52 +1,228 @@
-"""Where a job trains, decided once: the device, the precision and the processes.
+"""Where a job trains, decided once, from torch: the device, the precision and the processes.
 
-Everything after the job spec reads this ``Layout``; nothing asks the machine again. The answer
-comes from cheap probes (``hardware``), before torch is imported, so a job that can't have what
-it asks for (``device=cuda`` without a GPU, 4-bit loading on the CPU) fails in its preflight.
+Everything after the job spec reads this ``Layout``; nothing asks the machine again. The decision
+is the last step of the job spec, so a bad config is refused before torch is even imported, and
+a job that can't have what it asks for (``device=cuda`` without a usable GPU, 4-bit on the CPU)
+is refused before any model loads.
+
+The precision policy (README "Real models on a GPU", conf/model/*.yaml next to ``dtype``). The
+autocast is bf16 on a GPU with native bf16, fp16 (with a grad scaler) from compute capability 7.0,
+and fp32 below that and on the CPU (where ``grpo.bf16=true`` asks for bf16):
+
+| training | weights it updates | frozen weights (LoRA base, reference model) |
+|---|---|---|
+| full fine-tuning, GPU | all, float32 (the master copy) | the autocast dtype |
+| LoRA, GPU | the adapter, float32 | ``model.dtype`` (``auto``: the autocast dtype) |
+| QLoRA, GPU | the adapter, float32 | 4-bit, computing in the autocast dtype |
+| any, CPU | float32 | float32 |
+
+Pure 16-bit training (weights, gradients and Adam states all bf16) is never chosen: at the learning
+rates GRPO uses, most updates are smaller than half a bf16 step and round away.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from importlib import metadata
 
 from grpo_exp import hardware
 from grpo_exp.config.schema import ExperimentConfig
 from grpo_exp.errors import UserError
+from grpo_exp.hardware import Machine
+
+FP16_MIN_CAPABILITY = (7, 0)  # fp16 tensor cores from Volta on; below, fp32 runs as fast and never overflows
+VLLM_RANGE = ("0.22.0", "0.31.0")  # the vLLM releases TRL 1.16 accepts (trl/import_utils.py)
+_SIXTEEN_BIT = ("bfloat16", "float16")
+
+
+class Precision(StrEnum):
+    """The autocast a job computes in; its trained weights stay float32 whatever it is."""
+
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp32 = "fp32"
+
+    @property
+    def dtype(self) -> str:
+        return {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[self.value]
 
 
 @dataclass(frozen=True)
 class Layout:
     """The job's device, precision and processes."""
 
-    gpu: bool
-    bf16: bool  # mixed precision (TRL's ``bf16``): grpo.bf16 when set, else on with a GPU
+    device: str  # "cuda" or "cpu"
+    precision: Precision
+    weight_dtype: str  # what the policy loads as: float32 when every weight trains, else the frozen base's dtype
+    reference_dtype: str  # the reference model's (and a frozen base's) dtype
     processes: int  # training processes (WORLD_SIZE under torchrun/accelerate)
     rank: int
+    local_rank: int = 0  # the GPU this process trains on
+    gpu_name: str | None = None
+    gpus_visible: int = 0  # GPUs torch saw, before a plain run kept the first
+    notes: tuple[str, ...] = ()  # what the decision changed from the config, one line each
+
+    @property
+    def gpu(self) -> bool:
+        return self.device == "cuda"
+
+    @property
+    def bf16(self) -> bool:
+        return self.precision is Precision.bf16
+
+    @property
+    def fp16(self) -> bool:
+        return self.precision is Precision.fp16
 
     @property
     def primary(self) -> bool:
         """The process that logs and writes the job's files."""
         return self.rank == 0
 
+    def describe(self) -> str:
+        """The decision as the one line a job prints at its start."""
+        where = f"GPU {self.local_rank} ({self.gpu_name})" if self.gpu else "the CPU"
+        processes = "1 process" if self.processes == 1 else f"{self.processes} processes"
+        return (
+            f"training on {where}, {processes}: {self.precision.value} compute, {self.weight_dtype} weights"
+            f"{'' if self.reference_dtype == self.weight_dtype else f', {self.reference_dtype} reference'}"
+        )
 
-def decide(cfg: ExperimentConfig) -> Layout:
-    """The layout ``cfg`` trains with on this machine; a one-line ``UserError`` when it can't have it."""
-    gpu = cfg.device != "cpu" and hardware.cuda_available()
+    def record(self) -> dict[str, object]:
+        """The decision as run_info.json records it."""
+        return {k: v for k, v in asdict(self).items() if k not in ("rank", "local_rank", "notes")} | {
+            "precision": self.precision.value
+        }
+
+
+def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
+    """The layout ``cfg`` trains with on this machine (``found``: torch's answer, simulated in tests);
+    a one-line ``UserError`` when it can't have it."""
+    processes, rank, local_rank = hardware.world_size(), hardware.rank(), hardware.local_rank()
+    if cfg.device == "cpu":
+        found = found or Machine("", cuda_build=False, driver=False)
+    else:
+        found = found or hardware.machine(local_rank, only_first=processes == 1)
+    notes = []
+    gpu = cfg.device != "cpu" and found.gpus > 0
     if cfg.device == "cuda" and not gpu:
-        raise UserError("device=cuda but no CUDA GPU is visible: use device=auto or device=cpu")
-    bf16 = gpu if cfg.grpo.bf16 is None else cfg.grpo.bf16
-    return Layout(gpu=gpu, bf16=bf16, processes=hardware.world_size(), rank=hardware.rank())
+        raise UserError(f"device=cuda but {_why_no_gpu(found)}: use device=auto or device=cpu")
+    if not gpu and found.driver and not found.cuda_build and cfg.device == "auto":
+        notes.append(f"{_why_no_gpu(found)}: training on the CPU; for the GPU, make setup TORCH=torch")
+    if gpu and processes == 1 and found.gpus > 1:
+        notes.append(
+            f"{found.gpus} GPUs visible: a plain run trains on the first; to use them all: "
+            f"accelerate launch --config_file accelerate/ddp.yaml --num_processes {found.gpus} run.py …"
+        )
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if gpu and local > found.gpus:
+        raise UserError(
+            f"{local} processes on this machine but {found.gpus} GPU(s) visible: launch one process per GPU "
+            f"(--nproc_per_node {found.gpus}), or device=cpu"
+        )
+    precision = _precision(cfg, found, gpu)
+    frozen = _frozen_dtype(cfg, precision, gpu, notes)
+    trains_every_weight = not cfg.model.lora.enabled
+    return Layout(
+        device="cuda" if gpu else "cpu",
+        precision=precision,
+        weight_dtype="float32" if trains_every_weight else frozen,
+        reference_dtype=frozen,
+        processes=processes,
+        rank=rank,
+        local_rank=local_rank if gpu else 0,
+        gpu_name=found.name if gpu else None,
+        gpus_visible=found.gpus,
+        notes=tuple(notes),
+    )
+
+
+def _why_no_gpu(found: Machine) -> str:
+    if found.driver and not found.cuda_build:
+        return f"torch {found.torch_version} is a CPU-only build, though an NVIDIA driver is installed"
+    return "no CUDA GPU is visible"
+
+
+def _precision(cfg: ExperimentConfig, found: Machine, gpu: bool) -> Precision:
+    """grpo.bf16 / grpo.fp16 when set, else the best this device computes in hardware."""
+    g = cfg.grpo
+    if g.bf16 and g.fp16:
+        raise UserError("grpo.bf16=true and grpo.fp16=true: choose one (or neither, to let the GPU decide)")
+    if g.fp16 and not gpu:
+        raise UserError("grpo.fp16=true needs a CUDA GPU: leave it false on the CPU")
+    if g.bf16 and gpu and not found.native_bf16:
+        raise UserError(
+            f"grpo.bf16=true but {found.name} (compute capability {_cc(found)}) emulates bf16: "
+            "leave grpo.bf16 unset (fp16 autocast here)"
+        )
+    if g.bf16:
+        return Precision.bf16
+    if g.fp16:
+        return Precision.fp16
+    if not gpu or g.bf16 is False:
+        return Precision.fp32
+    if found.native_bf16:
+        return Precision.bf16
+    return Precision.fp16 if (found.capability or (0, 0)) >= FP16_MIN_CAPABILITY else Precision.fp32
+
+
+def _frozen_dtype(cfg: ExperimentConfig, precision: Precision, gpu: bool, notes: list[str]) -> str:
+    """The dtype of weights that never train: ``model.dtype``, within what the device computes."""
+    wanted = cfg.model.dtype
+    if not gpu or precision is Precision.fp32:
+        if wanted in _SIXTEEN_BIT:
+            where = "the CPU" if not gpu else "a GPU computing in fp32"
+            notes.append(f"model.dtype={wanted} on {where} is slow and imprecise; loading float32")
+        return "float32"
+    if wanted == "auto":
+        return precision.dtype
+    if wanted == "bfloat16" and precision is Precision.fp16:
+        notes.append("model.dtype=bfloat16 on a GPU without native bf16: loading float16")
+        return "float16"
+    return wanted
+
+
+def _cc(found: Machine) -> str:
+    return ".".join(map(str, found.capability or ()))
 
 
 def check_hardware(cfg: ExperimentConfig, layout: Layout) -> list[str]:
     """What the layout rules out (an error) or changes (advice to show)."""
-    quant = cfg.model.quantization
+    quant, g = cfg.model.quantization, cfg.grpo
     if quant.load_in_4bit and not layout.gpu:
         raise UserError("4-bit loading (bitsandbytes) needs a CUDA GPU: set model.quantization.load_in_4bit=false")
     if quant.load_in_4bit and not hardware.installed("bitsandbytes"):
         raise UserError("model.quantization.load_in_4bit=true needs bitsandbytes: pip install -e '.[quant]'")
-    if cfg.grpo.use_vllm and not layout.gpu:
+    if g.use_vllm and not layout.gpu:
         return ["grpo.use_vllm=true needs a GPU: generating with transformers on this CPU instead"]
-    if cfg.grpo.use_vllm and not hardware.installed("vllm"):
+    if not g.use_vllm:
+        return []
+    if quant.load_in_4bit:
+        raise UserError(
+            "grpo.use_vllm=true with 4-bit weights: every weight sync would merge the adapter into the 4-bit "
+            "base and quantize it again, so the base drifts each step; set grpo.use_vllm=false"
+        )
+    if not hardware.installed("vllm"):
         raise UserError("grpo.use_vllm=true needs vLLM: pip install -e '.[vllm]' (or set grpo.use_vllm=false)")
+    version = metadata.version("vllm")
+    if not _within(version, VLLM_RANGE):
+        raise UserError(
+            f"vLLM {version} is outside the releases TRL accepts ({VLLM_RANGE[0]} to {VLLM_RANGE[1]}): "
+            "pip install -e '.[vllm]'"
+        )
+    if layout.precision is not Precision.bf16:
+        raise UserError(
+            f"grpo.use_vllm=true on {layout.gpu_name}, which has no native bf16: vLLM would load the model's "
+            "bf16 weights and refuse them; set grpo.use_vllm=false"
+        )
     return []
+
+
+def _within(version: str, bounds: tuple[str, str]) -> bool:
+    """Whether a release lies in ``bounds`` (both included), comparing its base version as TRL does."""
+    from packaging.version import Version
+
+    base = Version(Version(version).base_version)
+    return Version(bounds[0]) <= base <= Version(bounds[1])

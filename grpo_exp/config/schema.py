@@ -51,7 +51,6 @@ class LoraSettings:
 class QuantizationSettings:
     load_in_4bit: bool = False
     quant_type: str = "nf4"
-    compute_dtype: str = "bfloat16"
     double_quant: bool = True
 
 
@@ -128,6 +127,7 @@ class RewardPart:
     start_when: StartWhen | None = None
     scale_by: str | None = None
     timeout_s: float | None = None  # None: reward.timeout_s
+    ceiling: float | None = None  # the part's best score; None: the registry's (a built-in part), else unknown
     params: dict[str, Any] = field(default_factory=dict)
 
 
@@ -197,6 +197,15 @@ class AdaptiveSettings:
 
 
 @dataclass
+class ProbeSettings:
+    """The reward probe before training (``python -m grpo_exp.plan --probe``): how much it samples."""
+
+    prompts: int | None = 16
+    group_sizes: list[int] = field(default_factory=lambda: [4, 8, 16])
+    generation_batch: int = 16
+
+
+@dataclass
 class MonitorSettings:
     kl_threshold: float = 0.1
     min_reward_std: float = 0.05
@@ -207,6 +216,8 @@ class MonitorSettings:
     min_part_group_std: float = 0.01
     flat_ok: list[str] = field(default_factory=list)
     window: int = 10
+    stop_when_solved: bool = False
+    solved_window: int = 20
 
 
 class LoggerBackend(StrEnum):
@@ -251,6 +262,7 @@ class ExperimentConfig:
     grpo: GrpoSettings = field(default_factory=GrpoSettings)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
     adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
+    probe: ProbeSettings = field(default_factory=ProbeSettings)
     logger: LoggerSettings = field(default_factory=LoggerSettings)
     seed: int = 42
     device: Device = Device.auto

@@ -1,12 +1,13 @@
 """The job spec: what one job runs with, settled before anything heavy loads.
 
-A composed config becomes a spec in four steps, each once:
+A composed config becomes a spec in five steps, each once:
 
 1. check: the schema's types (``loading``), then the ranges and the rules between keys (``checks``);
-   what the machine rules out is checked once the layout is known;
-2. derive: the layout (device, precision, processes) and the batch that holds whole groups;
+2. derive: the batch that holds whole groups on the launch's processes;
 3. resolve: the model source (path and cache key), the data's columns;
-4. build: the reward functions, whose columns are checked against the data's.
+4. build: the reward functions, whose columns are checked against the data's;
+5. decide: the layout (device, precision, processes), from torch, and what it rules out. Last, so
+   a bad config is refused before torch is imported.
 
 Everything after it (the trainer, the lifecycle, W&B, the summary) reads the spec and checks
 nothing again. The spec is frozen; its ``settings`` are the derived config as run (the batch size
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_exp import data, models
+from grpo_exp import data, hardware, models
 from grpo_exp.config import batch, checks, layout
 from grpo_exp.config.layout import Layout
 from grpo_exp.config.schema import ExperimentConfig
@@ -40,16 +41,17 @@ class JobSpec:
 def build_spec(settings: ExperimentConfig) -> JobSpec:
     """Check, derive, resolve and build; a one-line ``UserError`` for the first problem."""
     checks.check(settings)
-    where = layout.decide(settings)
-    groups = checks.check_groups(settings, where.processes)  # before the batch: an adaptive run's sizes say more
-    warnings = batch.size_batch(settings, where.processes)
-    warnings += layout.check_hardware(settings, where)
+    processes = hardware.world_size()
+    groups = checks.check_groups(settings, processes)  # before the batch: an adaptive run's sizes say more
+    warnings = batch.size_batch(settings, processes)
     checks.check_model(settings)
     model = models.resolve(settings.model)
     columns = data.check_dataset(settings.dataset)
     rewards, weights = build_rewards(settings.reward)
     if columns is not None:
         _check_columns(rewards, columns, settings.dataset.name or settings.dataset.path)
+    where = layout.decide(settings)  # last: the config is sound before torch is asked about the machine
+    warnings += [*where.notes, *layout.check_hardware(settings, where)]
     return JobSpec(settings, where, model, tuple(rewards), tuple(weights), groups, tuple(warnings))
 
 

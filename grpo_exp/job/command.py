@@ -9,10 +9,12 @@ not stop the others.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import os
 import shlex
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -23,12 +25,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from grpo_exp import hardware
 from grpo_exp.config.schema import CONF_DIR, register_schema
-from grpo_exp.errors import UserError, describe_failure
+from grpo_exp.errors import UserError, describe_failure, failed_write, no_space
 from grpo_exp.folder import FolderInUse, JobFolder
 from grpo_exp.job import resume as resume_rules
 from grpo_exp.job.resume import override_key
 from grpo_exp.tracking.metrics import objective_value
+from grpo_exp.training import stops
 from grpo_exp.training.stops import JobStopped
 
 if TYPE_CHECKING:
@@ -39,6 +43,7 @@ log = logging.getLogger("grpo_exp")
 EXIT_USER_ERROR = 2
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
+EXIT_NO_SPACE = 28  # errno's number for "no space left on device"
 # Hydra's own flags that only print something; they need no checking.
 _PRINT_ONLY = ("help", "hydra_help", "cfg", "info", "shell_completion", "version")
 
@@ -63,6 +68,7 @@ def preflight(argv: list[str]) -> list[str]:
     from grpo_exp.job.preflight import check_command, recorded_spec  # --help and --cfg return above
 
     try:
+        _check_launch(args.overrides, args.multirun)
         resume_to = _resume_folder(args.overrides, args.multirun)
         if resume_to is not None:
             # The job runs the folder's recorded config, but Hydra still composes this command line
@@ -97,6 +103,16 @@ def _sweep_dir(config_dir: Path, config_name: str, overrides: list[str]) -> str:
     return str(cfg.hydra.sweep.dir)
 
 
+def _check_launch(overrides: list[str], multirun: bool) -> None:
+    """Under torchrun or accelerate launch each rank composes the command alone: a folder named after
+    the time (Hydra's default) could differ between them by a second."""
+    keys = {override_key(o) for o in overrides}
+    given = ("hydra.sweep.dir" if multirun else "hydra.run.dir") in keys or "resume" in keys
+    if hardware.world_size() > 1 and not given:
+        key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+        raise UserError(f"under torchrun or accelerate launch, all processes write into one folder: add {key}=<folder>")
+
+
 def _resume_folder(overrides: list[str], multirun: bool) -> Path | None:
     """For ``resume=<job folder>``: the folder, once it exists and the other overrides may change."""
     values = {override_key(o): o.split("=", 1)[1] for o in overrides if "=" in o}
@@ -126,12 +142,15 @@ def run_job(cfg: DictConfig) -> float:
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     from grpo_exp.job.preflight import job_spec, recorded_spec
 
+    primary = hardware.rank() == 0  # under torchrun/accelerate, rank 0 speaks and writes the job's files
+    if not primary:
+        _quiet_secondary()
     try:
         overrides = list(hydra_cfg.overrides.task)
         recorded = resume_rules.is_folder(str(cfg.resume))  # the run's recorded config, not this composition
         spec = recorded_spec(output_dir, overrides) if recorded else job_spec(cfg)
         folder = JobFolder(output_dir)
-        with folder.lock() if spec.layout.primary else contextlib.nullcontext():  # one writer: rank 0
+        with folder.lock() if primary else contextlib.nullcontext():  # one writer: rank 0
             return _train(spec, folder)
     except FolderInUse as exc:  # another job's folder: nothing may be written to it, and the command stops
         log.error("%s", exc)
@@ -150,23 +169,70 @@ def run_job(cfg: DictConfig) -> float:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         folder = JobFolder(output_dir)
-        folder.write_error(traceback.format_exc())
+        full = _disk_full(exc, folder, resume_command(output_dir)) if primary else None
+        if primary:
+            with contextlib.suppress(OSError):  # on a full disk even this may not fit
+                folder.write_error(traceback.format_exc())
+        if full:
+            log.error("%s", full)
+            sys.exit(EXIT_NO_SPACE)
         log.error("%s (details: %s)", describe_failure(exc), folder.error)
         if in_sweep:
             return math.nan
         sys.exit(EXIT_USER_ERROR if isinstance(exc, UserError) else EXIT_FAILED)
 
 
+def _disk_full(exc: BaseException, folder: JobFolder, resume: str) -> str | None:
+    """The one line for a job that ran out of disk (None for other failures).
+
+    A checkpoint the full disk cut short is removed: it can't be resumed from, and its space is
+    what the resume needs. The whole ones before it are kept."""
+    from grpo_exp.training.checkpoints import problem
+
+    free, needed = folder.space()
+    if not (no_space(exc) or (failed_write(exc) and free < needed)):
+        return None
+    saved = [path for _, path in folder.checkpoints()]  # newest first
+    unfinished = list(itertools.takewhile(lambda path: problem(path) is not None, saved))
+    for path in unfinished:
+        shutil.rmtree(path, ignore_errors=True)
+    kept = saved[len(unfinished)] if len(saved) > len(unfinished) else None
+    what = f"{kept.name} is kept" if kept else "no checkpoint had been finished"
+    what += f", the unfinished {', '.join(p.name for p in unfinished)} removed" if unfinished else ""
+    return (
+        f"the disk holding {folder.path} is full: a checkpoint of this job takes {needed / 2**20:.0f} MiB; "
+        f"free that much, then resume with: {resume} ({what})"
+    )
+
+
+def _quiet_secondary() -> None:
+    """Ranks other than 0 print errors only and write no run.log: the console reads as one job's."""
+    import warnings
+
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(handler)
+    root.setLevel(logging.ERROR)
+    logging.getLogger("grpo_exp").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    os.environ["TRANSFORMERS_VERBOSITY"] = "error"  # read when transformers loads, with its progress bars off
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+
+
 def _train(spec: JobSpec, folder: JobFolder) -> float:
     """Start, continue or skip the job, as its folder says (``resume.plan``)."""
     from grpo_exp.tracking.wandb_run import identity_from_hydra
+    from grpo_exp.training import ranks
     from grpo_exp.training.lifecycle import train
 
-    plan = resume_rules.plan(spec.settings, folder.path)
+    if spec.layout.processes > 1:
+        ranks.start(spec.layout.gpu)  # so rank 0 alone decides where to resume, and says so to the others
+    plan = ranks.decided_by_primary(lambda: resume_rules.plan(spec.settings, folder.path))
     if plan.done is not None:
         log.info("%s completed its %s steps before; nothing to do", folder.path, plan.done.get("steps"))
         value = objective_value(plan.done, str(spec.settings.objective))[1]
         return math.nan if value is None else value
+    log.info("%s", spec.layout.describe())
     for warning in spec.warnings:
         log.warning(warning)
     return train(spec, folder, identity_from_hydra(), plan.point)
@@ -177,11 +243,31 @@ def resume_command(output_dir: Path) -> str:
     from grpo_exp.tracking.wandb_run import sweep_command
 
     hydra_cfg = HydraConfig.get()
+    launch = [*launcher_words(), "run.py"]
     if hydra_cfg.mode != RunMode.MULTIRUN:
-        return f"python run.py resume={shlex.quote(str(output_dir))}"
+        return shlex.join([*launch, f"resume={output_dir}"])
     kept = [o for o in hydra_cfg.overrides.task if override_key(o) not in ("resume", "hydra.sweep.dir")]
     sweep = [
         o for o in sweep_command(Path(hydra_cfg.sweep.dir)) if override_key(o) not in ("resume", "hydra.sweep.dir")
     ]
-    words = ["python", "run.py", "-m", *(sweep or kept), f"hydra.sweep.dir={hydra_cfg.sweep.dir}", "resume=auto"]
-    return shlex.join(words)
+    return shlex.join([*launch, "-m", *(sweep or kept), f"hydra.sweep.dir={hydra_cfg.sweep.dir}", "resume=auto"])
+
+
+def launcher_words(cmdline: Path | None = None) -> list[str]:
+    """How this process was started, up to the script: ``python``, or the launcher's command line
+    (``torchrun --nproc_per_node 2``, ``accelerate launch --config_file …``), read from the parent
+    process that torchrun and accelerate run the ranks under."""
+    if stops.LAUNCHED_BY not in os.environ and cmdline is None:
+        return ["python"]
+    try:
+        raw = (cmdline or Path(f"/proc/{os.getppid()}/cmdline")).read_bytes()
+    except OSError:
+        return ["torchrun", f"--nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', '1')}"]
+    words = [w.decode() for w in raw.split(b"\0") if w]
+    script = Path(sys.argv[0]).name
+    words = words[: next((i for i, w in enumerate(words) if Path(w).name == script), len(words))]
+    if len(words) > 1 and Path(words[0]).name.startswith("python") and not words[1].startswith("-"):
+        words = [Path(words[1]).name, *words[2:]]  # `python .venv/bin/torchrun …`: the entry point is the command
+    elif words and Path(words[0]).name.startswith("python"):
+        words = ["python", *words[1:]]
+    return words

@@ -17,6 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep, Override
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp import hardware
 from grpo_exp.config.errors import describe_config_error
 from grpo_exp.config.loading import to_settings
 from grpo_exp.config.schema import register_schema
@@ -49,8 +50,8 @@ def check_command(
 
 
 def job_spec(cfg: DictConfig) -> JobSpec:
-    """The spec of a composed job; built once per job and process."""
-    key = OmegaConf.to_yaml(cfg)
+    """The spec of a composed job; built once per job and process (and launch: the batch is split per rank)."""
+    key = f"{hardware.world_size()}:{OmegaConf.to_yaml(cfg)}"
     if key not in _SPECS:
         _SPECS[key] = build_spec(to_settings(cfg))
     return _SPECS[key]

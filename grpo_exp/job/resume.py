@@ -77,7 +77,7 @@ def plan(settings: ExperimentConfig, job_dir: Path) -> Plan:
             f"resume=auto: {job_dir} holds a run with another config ({', '.join(changed[:4])} differ); "
             "resume it with the same settings, or give a new hydra.sweep.dir (hydra.run.dir)"
         )
-    summary = folder.summary() or {}
+    summary = folder.record(folder.summary_file)
     target = settings.grpo.max_steps
     if summary.get("status") == "completed" and (target <= 0 or summary.get("steps", 0) >= target):
         return Plan(settings, done=summary)
@@ -144,8 +144,9 @@ def differences(recorded: ExperimentConfig, current: ExperimentConfig) -> list[s
 
 def resume_point(job_dir: Path) -> ResumePoint:
     """The latest whole checkpoint of ``job_dir`` (damaged newer ones set aside) and its records."""
+    folder = JobFolder(job_dir)
+    run_info = folder.record(folder.run_info_file)  # first: a damaged record stops the resume before anything moves
     checkpoint = latest(job_dir, set_aside=True)
-    run_info = JobFolder(job_dir).run_info()
     if checkpoint is None:
         log.warning("no usable checkpoint in %s: training starts again from step 0", job_dir)
     return ResumePoint(checkpoint, run_info)

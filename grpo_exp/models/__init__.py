@@ -6,7 +6,6 @@ same dtype, 4-bit and LoRA handling.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,7 +16,7 @@ from grpo_exp.registry import Registry
 if TYPE_CHECKING:
     from peft import LoraConfig
 
-log = logging.getLogger(__name__)
+    from grpo_exp.config.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -91,33 +90,36 @@ def model_path(cfg: ModelSettings) -> str:
     return SOURCES.get(cfg.source).prepare(cfg)
 
 
-def load(cfg: ModelSettings, path: str, use_gpu: bool) -> tuple[Any, Any]:
-    """Model and tokenizer from ``path`` with the configured dtype and 4-bit quantization."""
-    return load_model(cfg, path, use_gpu), load_tokenizer(cfg, path)
+def load(cfg: ModelSettings, path: str, layout: Layout | None = None) -> tuple[Any, Any]:
+    """Model and tokenizer from ``path``, as ``layout`` says (None: float32 on the CPU)."""
+    return load_model(cfg, path, layout), load_tokenizer(cfg, path)
 
 
-def load_model(cfg: ModelSettings, path: str, use_gpu: bool) -> Any:
-    """The model at ``path`` with the configured dtype and 4-bit quantization."""
+def load_model(cfg: ModelSettings, path: str, layout: Layout | None = None) -> Any:
+    """The model at ``path`` in the layout's weight dtype, 4-bit when configured.
+
+    Loaded after the job's distributed state exists (``trainer.build_trainer``), so DeepSpeed's
+    ZeRO-3 init and FSDP's rank-0 loading apply. A 4-bit model is placed on this process's own GPU
+    (bitsandbytes would put every rank's on the first); any other model stays on the CPU for the
+    trainer to place."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    kwargs: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code}
-    if cfg.dtype != "auto":
-        kwargs["dtype"] = getattr(torch, cfg.dtype)
+    dtype = layout.weight_dtype if layout is not None else "float32"
+    kwargs: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code, "dtype": getattr(torch, dtype)}
     if cfg.attn_implementation:
         kwargs["attn_implementation"] = cfg.attn_implementation
     if cfg.quantization.load_in_4bit:
         from transformers import BitsAndBytesConfig
 
+        assert layout is not None and layout.gpu  # the layout check refused 4-bit without a GPU
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True,
             bnb_4bit_quant_type=cfg.quantization.quant_type,
-            bnb_4bit_compute_dtype=getattr(torch, cfg.quantization.compute_dtype),
+            bnb_4bit_compute_dtype=getattr(torch, layout.precision.dtype),
             bnb_4bit_use_double_quant=cfg.quantization.double_quant,
         )
-    if not use_gpu and kwargs.get("dtype") in (torch.bfloat16, torch.float16):
-        log.warning("model.dtype=%s on CPU is slow and imprecise; loading float32", cfg.dtype)
-        kwargs["dtype"] = torch.float32
+        kwargs["device_map"] = {"": layout.local_rank}
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if cfg.quantization.load_in_4bit:
         from peft import prepare_model_for_kbit_training

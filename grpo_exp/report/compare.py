@@ -47,6 +47,7 @@ EXIT_NOTHING_TO_REPORT = 2
 WATCHED_METRICS = ("reward_std", "kl", "frac_reward_zero_std")
 # (summary key, markdown header, format) of the table's result columns, in order.
 RESULT_COLUMNS = (
+    ("base_eval_reward", "base eval reward", "{:.3f}"),  # the held-out reward before the first step
     ("final_eval_reward", "final eval reward", "{:.3f}"),
     ("best_eval_reward", "best eval reward", "{:.3f}"),
     ("final_reward", "final reward", "{:.3f}"),
@@ -61,8 +62,9 @@ RESULT_COLUMNS = (
 )
 
 
-# Columns only a sweep with held-out evaluations fills; left out of the table and CSV otherwise.
-EVAL_COLUMNS = frozenset({"final_eval_reward", "best_eval_reward"})
+# Columns only a sweep with held-out evaluations fills (the base one: evaluations before the first
+# step, grpo.eval_on_start); left out of the table and CSV otherwise.
+EVAL_COLUMNS = frozenset({"base_eval_reward", "final_eval_reward", "best_eval_reward"})
 
 
 # ---------------------------------------------------------------------------------------- verdict
@@ -341,8 +343,8 @@ def _notes(sweep: Sweep) -> list[str]:
 
 
 def _result_keys(sweep: Sweep) -> list[str]:
-    evaluated = any(job.value("final_eval_reward") is not None for job in sweep.jobs)
-    keys = [key for key, _, _ in RESULT_COLUMNS if evaluated or key not in EVAL_COLUMNS]
+    filled = {key for key in EVAL_COLUMNS if any(job.value(key) is not None for job in sweep.jobs)}
+    keys = [key for key, _, _ in RESULT_COLUMNS if key in filled or key not in EVAL_COLUMNS]
     return keys if sweep.objective in keys else [*keys, sweep.objective]
 
 

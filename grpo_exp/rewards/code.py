@@ -48,7 +48,7 @@ def extract_code(completion: str) -> str:
     return extract(completion)
 
 
-@register("code_syntax")
+@register("code_syntax", ceiling=1.0)
 def code_syntax(completions: list[str], **_: Any) -> list[float | None]:
     """1.0 where the extracted code parses with ``ast.parse``, else 0.0.
 
@@ -58,7 +58,7 @@ def code_syntax(completions: list[str], **_: Any) -> list[float | None]:
     return [0.0 if parse_code(extract_code(c)) is None else 1.0 for c in completions]
 
 
-@register("code_tests")
+@register("code_tests", ceiling=1.0)
 def code_tests(
     completions: list[str],
     *,
@@ -98,7 +98,7 @@ def code_tests(
     return scores
 
 
-@register("code_complexity")
+@register("code_complexity", ceiling=1.0)
 def code_complexity(completions: list[str], *, max_complexity: float, **_: Any) -> list[float | None]:
     """A simplicity score in [0, 1] from radon; code that does not parse (or is empty) scores 0.
 

@@ -7,7 +7,9 @@ see stages.py),
 scales a part by another's score (``scale_by``: simplicity counts only for code that passes its
 tests), checks what the function returns, and logs the part's spread within groups
 (``rewards/<part>/group_std``): a part that never varies inside a group gives GRPO nothing to compare,
-and the monitor says so.
+and the monitor says so. Each part knows its ceiling (its best score: the registry's for a built-in
+part, ``reward.parts.<name>.ceiling`` for the user's), and the parts of a reward together log the
+share of completions and groups at their ceilings (``solved.SolvedTally``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 
 from grpo_exp.config.schema import OnTimeout, RewardPart, RewardSettings
 from grpo_exp.errors import UserError
+from grpo_exp.rewards import registry
+from grpo_exp.rewards.solved import SolvedTally, group_bounds
 from grpo_exp.rewards.stages import STAGE_METRIC, StageGate
 from grpo_exp.rewards.user import CallStyle, resolve
 
@@ -53,6 +57,12 @@ class WeightedReward:
         self.gate = gate or StageGate({name: part})
         self.logs_stage = False  # one part per reward logs the run's stage
         self.scale_by = scale_by
+        self.ceiling = part.ceiling
+        if self.ceiling is None and self.style is CallStyle.BUILTIN:
+            self.ceiling = registry.ceiling(part.fn)
+        if self.ceiling is not None and not math.isfinite(self.ceiling):
+            raise UserError(f"reward.parts.{name}.ceiling={part.ceiling}: give the part's best score, or null")
+        self.tally: SolvedTally | None = None  # shared by a reward's parts (build_rewards)
         self._last: tuple[list[Any], list[float | None]] | None = None  # TRL scores one batch part by part
         if self.params and self.style is CallStyle.ARTICLE:
             raise UserError(
@@ -61,6 +71,12 @@ class WeightedReward:
             )
 
     def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+        scores = self._call(prompts, completions, **kwargs)
+        if self.tally is not None:
+            self.tally.report(self.__name__, prompts, completions, scores, kwargs.get("log_metric"))
+        return scores
+
+    def _call(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
         state = kwargs.get("trainer_state")
         log_metric = kwargs.get("log_metric")
         if self.logs_stage and state is not None and log_metric is not None:
@@ -165,14 +181,11 @@ def group_std(prompts: list[Any], scores: list[float | None]) -> float | None:
     completions (None) are left out, and a group needs two scores to have a spread.
     """
     spreads: list[float] = []
-    start = 0
-    for end in range(1, len(prompts) + 1):
-        if end == len(prompts) or prompts[end] != prompts[start]:
-            values = [s for s in scores[start:end] if s is not None]
-            if len(values) > 1:
-                mean = sum(values) / len(values)
-                spreads.append(math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)))
-            start = end
+    for start, end in group_bounds(prompts):
+        values = [s for s in scores[start:end] if s is not None]
+        if len(values) > 1:
+            mean = sum(values) / len(values)
+            spreads.append(math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)))
     return sum(spreads) / len(spreads) if spreads else None
 
 
@@ -200,6 +213,9 @@ def build_rewards(settings: RewardSettings) -> tuple[list[WeightedReward], list[
     weights = [float(part.weight) for part in settings.parts.values()]
     if not all(math.isfinite(w) for w in weights) or not any(weights):
         raise UserError(f"reward weights {weights} must be finite and not all zero")
+    tally = SolvedTally({f.__name__: f.ceiling for f in functions}, dict(zip(settings.parts, weights, strict=True)))
+    for function in functions:
+        function.tally = tally
     return functions, weights
 
 

@@ -13,14 +13,14 @@ from typing import Any
 from grpo_exp.rewards.registry import register
 
 
-@register("regex_match")
+@register("regex_match", ceiling=1.0)
 def regex_match(completions: list[str], *, pattern: str, **_: Any) -> list[float]:
     """1.0 where ``re.match(pattern, reply)`` succeeds, else 0.0 (the article's format checks)."""
     compiled = re.compile(pattern)
     return [1.0 if compiled.match(c) else 0.0 for c in completions]
 
 
-@register("answer_coverage")
+@register("answer_coverage", ceiling=1.0)
 def answer_coverage(completions: list[str], *, column: str, **columns: Any) -> list[float | None]:
     """Share of the sample's required answers (dataset ``column``) found in the reply.
 
@@ -36,19 +36,19 @@ def answer_coverage(completions: list[str], *, column: str, **columns: Any) -> l
     return scores
 
 
-@register("contains_all")
+@register("contains_all", ceiling=1.0)
 def contains_all(completions: list[str], *, words: Sequence[str], **_: Any) -> list[float]:
     """1.0 where the reply contains every one of ``words`` (the article's tone check: 请 and 谢谢)."""
     return [1.0 if all(w in c for w in words) else 0.0 for c in completions]
 
 
-@register("length_score")
+@register("length_score", ceiling=0.0)
 def length_score(completions: list[str], *, target: int, **_: Any) -> list[float]:
     """``-|target - len(reply)| / target``: 0 at the target length, falling linearly either side."""
     return [-abs(target - len(c)) / target for c in completions]
 
 
-@register("keyword_share")
+@register("keyword_share", ceiling=1.0)
 def keyword_share(completions: list[str], *, keywords: Sequence[str], **_: Any) -> list[float]:
     """Share of ``keywords`` that appear in the reply."""
     return [sum(k in c for k in keywords) / len(keywords) for c in completions]
@@ -63,7 +63,7 @@ def _as_list(value: Any) -> list[str]:
     return list(value)
 
 
-@register("soft_overlong")
+@register("soft_overlong", ceiling=0.0)
 def soft_overlong(
     completions: list[str], *, completion_ids: list[list[int]], max_tokens: int, cache: int, **_: Any
 ) -> list[float]:

@@ -28,6 +28,8 @@ EVAL_PREFIX = "eval/"
 EVAL_REWARD = EVAL_PREFIX + "reward"
 # First and last "tenth" of the logged steps, as the acceptance criterion reads; never fewer than one.
 EDGE_FRACTION = 0.1
+# The row monitor.stop_when_solved writes when it ends a run early (callbacks.SolvedStop): its step.
+STOPPED_SOLVED = "stopped_solved"
 
 
 def is_evaluation(logs: dict[str, Any]) -> bool:
@@ -67,19 +69,32 @@ def eval_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def summarize_eval(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """First, final and best held-out reward (None without evaluations), and how many evaluations ran."""
+    """First, final and best held-out reward (None without evaluations), and how many evaluations ran.
+
+    ``base_eval_*``: the evaluation before the first step (``grpo.eval_on_start``, step 0), the
+    base model's score, so a run reads as held-out before -> after; None when there was none."""
     rewards, stds = _series(rows, EVAL_REWARD), _series(rows, EVAL_PREFIX + "reward_std")
     per_part = sorted(
         {k for row in rows for k in row if k.startswith(EVAL_PREFIX + "rewards/") and k.endswith("/mean")}
     )
+    base = [row for row in rows if row.get("step") == 0][:1]
+    base_reward = _series(base, EVAL_REWARD)
     return {
         "evaluations": len(rewards),
+        "base_eval_reward": base_reward[0] if base_reward else None,
+        "base_eval_parts": {k.split("/")[2]: values[0] for k in per_part if (values := _series(base, k))},
         "first_eval_reward": rewards[0] if rewards else None,
         "final_eval_reward": rewards[-1] if rewards else None,
         "best_eval_reward": max(rewards, default=None),
         "final_eval_reward_std": stds[-1] if stds else None,
         "eval_parts": {k.split("/")[2]: values[-1] for k in per_part if (values := _series(rows, k))},
     }
+
+
+def stopped_solved_at(rows: Iterable[dict[str, Any]]) -> int | None:
+    """The step at which monitor.stop_when_solved ended the run (None: it ran its course)."""
+    steps = [int(row["step"]) for row in rows if STOPPED_SOLVED in row and "step" in row]
+    return steps[-1] if steps else None
 
 
 def objective_value(summary: dict[str, Any], objective: str) -> tuple[str, float | None]:

@@ -7,6 +7,18 @@ completions cut at ``max_completion_length`` (a length or format goal they can't
 reward part that never varies within a group (it weighs on the reward but teaches nothing).
 ``HealthMonitor`` watches moving windows of the logged metrics and raises each kind of alert once
 per run (once per part for flat parts), with the fix in the message.
+
+Success looks like homogeneity: once every completion of a group is right, the group scores alike.
+Where the reward's parts have ceilings, each batch logs the share of completions at them
+(``frac_solved``) and of groups solved whole (``frac_solved_groups``; rewards/solved.py, judged per
+part, so a completion is solved when every part that scored it is at its ceiling). The std checks
+count only what lies below the ceiling: ``zero_std_groups`` the share of groups that scored alike
+without being solved, and ``low_reward_std`` only while most completions are below the ceiling (a
+spread under ``min_reward_std`` leaves the scores bunched at one value: the ceiling when most are
+there, a value below it otherwise). Without ceilings nothing is logged and both judge every group.
+
+The remedies are constants, shared with the reward probe (grpo_exp/plan/probe.py), which gives the
+same advice before training.
 """
 
 from __future__ import annotations
@@ -17,8 +29,22 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from grpo_exp.config.schema import MonitorSettings
+from grpo_exp.rewards.solved import SOLVED, SOLVED_GROUPS
 
 PART_PREFIX, GROUP_STD_SUFFIX = "rewards/", "/group_std"  # the key compose.WeightedReward logs
+
+MOSTLY = 0.5  # at least this share of completions at the ceiling: a low spread there is convergence
+# The remedies, quoted by the alerts and by the probe's verdicts ("{part}": the reward part's name).
+HOMOGENEOUS_REMEDY = "raise grpo.temperature or grpo.num_generations=8, or grade the reward more finely"
+ZERO_STD_REMEDY = "raise grpo.num_generations or grpo.temperature, or make the reward less all-or-nothing"
+TRUNCATED_REMEDY = "raise grpo.max_completion_length"
+FLAT_REMEDY = (
+    "check that the model can produce what it rewards (a warm-up or base model closer to the task), grade it more "
+    "finely, or drop reward.parts.{part}"
+)
+CEILING_REMEDY = (
+    "the model already scores it at its best, so it only adds a constant: make it stricter, or drop reward.parts.{part}"
+)
 
 
 @dataclass(frozen=True)
@@ -52,11 +78,12 @@ class HealthMonitor:
         """End-of-run check: a reward that barely moved gets the article's 'weak improvement' advice.
 
         Judged only when the first and last windows do not overlap: on a shorter run they share steps,
-        so the "improvement" would be measured partly against itself.
+        so the "improvement" would be measured partly against itself; and not when the last window is
+        mostly solved (at the reward's ceiling), where nothing is left to gain.
         """
         last = self._mean("reward")
         too_short = self.rewards_seen < 2 * self.settings.window
-        if too_short or self.first_reward is None or last is None:
+        if too_short or self.first_reward is None or last is None or (self._mean(SOLVED) or 0.0) >= MOSTLY:
             return []
         if last - self.first_reward >= self.settings.min_improvement:
             return []
@@ -91,21 +118,24 @@ class HealthMonitor:
                     "from the base model; raise grpo.beta or lower optimizer.lr"
                 ),
             )
-        if (std := means.get("reward_std")) is not None and std < s.min_reward_std:
+        solved, solved_groups = means.get(SOLVED, 0.0), means.get(SOLVED_GROUPS, 0.0)  # 0: no ceilings known
+        if (std := means.get("reward_std")) is not None and std < s.min_reward_std and solved < MOSTLY:
             yield (
                 "low_reward_std",
                 (
                     f"reward std {std:.3f} is below {s.min_reward_std}: completions score alike (homogeneous "
-                    "generations), so GRPO has little to compare; unless the reward is at its ceiling, raise "
-                    "grpo.temperature or grpo.num_generations=8, or grade the reward more finely"
+                    "generations), so GRPO has little to compare; unless the reward is at its ceiling, "
+                    f"{HOMOGENEOUS_REMEDY}"
                 ),
             )
-        if (zero := means.get("frac_reward_zero_std")) is not None and zero > s.max_zero_std_fraction:
+        zero = means.get("frac_reward_zero_std")
+        if zero is not None and (stuck := zero - solved_groups) > s.max_zero_std_fraction:
+            below = " below the reward's ceiling" if SOLVED_GROUPS in means else ""
             yield (
                 "zero_std_groups",
                 (
-                    f"{zero:.0%} of groups scored every completion the same, which gives no learning signal; "
-                    "raise grpo.num_generations or grpo.temperature, or make the reward less all-or-nothing"
+                    f"{stuck:.0%} of groups scored every completion the same{below}, which gives no learning "
+                    f"signal; {ZERO_STD_REMEDY}"
                 ),
             )
         if (clipped := means.get("completions/clipped_ratio")) is not None and clipped > s.max_clipped_ratio:
@@ -113,8 +143,7 @@ class HealthMonitor:
                 "truncated",
                 (
                     f"{clipped:.0%} of completions were cut at the length limit (mean of {s.window} steps): "
-                    "they can't finish, so rewards on their ending or length can't improve; "
-                    "raise grpo.max_completion_length"
+                    f"they can't finish, so rewards on their ending or length can't improve; {TRUNCATED_REMEDY}"
                 ),
             )
         yield from self._flat_parts(means)
@@ -145,9 +174,8 @@ class HealthMonitor:
                     f"flat_part/{part}",
                     (
                         f"reward part {part!r} scored every completion of a group alike for {self.settings.window} "
-                        "steps, so it gives GRPO no signal while it weighs on the reward: check that the model "
-                        "can produce what it rewards (a warm-up or base model closer to the task), grade it more "
-                        f"finely, or drop reward.parts.{part}"
+                        "steps, so it gives GRPO no signal while it weighs on the reward: "
+                        + FLAT_REMEDY.format(part=part)
                     ),
                 )
 

@@ -18,13 +18,7 @@ def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | Non
             )
         )
     if summary.get("final_eval_reward") is not None:
-        rows.append(
-            (
-                "eval",
-                f"{summary['first_eval_reward']:.3f} -> {summary['final_eval_reward']:.3f} "
-                f"(held-out reward, first -> last of {summary['evaluations']} evaluations)",
-            )
-        )
+        rows.append(("eval", _held_out(summary)))
     if summary.get("mean_kl") is not None:
         rows.append(
             (
@@ -42,8 +36,18 @@ def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | Non
     return "\n".join(f"  {label:<{width}}  {value}" for label, value in rows)
 
 
+def _held_out(summary: dict[str, Any]) -> str:
+    """Held-out reward before -> after training when the base model was scored (step 0), else first -> last."""
+    final, count, base = summary["final_eval_reward"], summary["evaluations"], summary.get("base_eval_reward")
+    if base is not None and count > 1:
+        return f"{base:.3f} -> {final:.3f} (held-out reward, base model -> after training; {count} evaluations)"
+    return f"{summary['first_eval_reward']:.3f} -> {final:.3f} (held-out reward, first -> last of {count} evaluations)"
+
+
 def _steps(summary: dict[str, Any]) -> str:
     text = str(summary.get("steps", 0))
     if summary.get("resumed_from"):
         text += f" (resumed from step {summary['resumed_from']})"
+    if summary.get("stopped_solved_at") is not None:
+        text += " (stopped early: the reward stayed at its ceiling, monitor.stop_when_solved)"
     return text

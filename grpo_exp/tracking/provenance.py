@@ -13,11 +13,15 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Distribution names whose versions decide what a run does; absent ones (vllm on CPU) are left out.
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "vllm", "hydra-core", "wandb")
 ROOT = Path(__file__).resolve().parents[1]
+
+
+if TYPE_CHECKING:
+    from grpo_exp.config.layout import Layout
 
 
 def record(seed: int, device: str) -> dict[str, Any]:
@@ -34,12 +38,10 @@ def record(seed: int, device: str) -> dict[str, Any]:
     }
 
 
-def device_name(gpu: bool) -> str:
-    """The GPU's name, or the CPU's architecture (call once torch is loaded)."""
-    if gpu:
-        import torch
-
-        return f"cuda: {torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}"
+def device_name(layout: Layout) -> str:
+    """The GPU the job trains on (and how many torch saw), or the CPU's architecture."""
+    if layout.gpu:
+        return f"cuda: {layout.gpu_name} x{layout.gpus_visible}"
     return f"cpu: {platform.machine()}"
 
 

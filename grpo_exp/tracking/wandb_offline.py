@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,18 +50,39 @@ def records(path: Path) -> Iterator[Any]:
             yield record
 
 
-def progress(job_dir: Path) -> tuple[int | None, int]:
-    """Over the job's offline W&B runs: the highest W&B step, and the last training step logged."""
-    last_row, trained = None, 0
+@dataclass(frozen=True)
+class Held:
+    """What a job's offline W&B runs hold, over all of their ``offline-run-*`` folders."""
+
+    last_row: int | None  # W&B's highest step (None: no row yet)
+    trained: int  # the last training step logged (0: none)
+    evaluated: int | None  # the training step of the last held-out evaluation logged (None: none; 0: before training)
+    summary_keys: frozenset[str]  # every summary key written
+
+
+def held(job_dir: Path) -> Held:
+    """Read the job's offline W&B files for what they hold: where a resume or a repair continues them."""
+    last_row, trained, evaluated, summary = None, 0, None, set()
     for path in (file for run in JobFolder(job_dir).offline_runs() for file in run.glob("*.wandb")):
         for record in records(path):
-            if record.WhichOneof("record_type") != "history":
+            kind = record.WhichOneof("record_type")
+            if kind == "summary":
+                summary.update(item_key(item) for item in record.summary.update)
+            if kind != "history":
                 continue
             items = {item_key(item): item.value_json for item in record.history.item}
             last_row = max(last_row or 0, history_step(record.history))
             if "train/reward" in items:
                 trained = max(trained, int(float(items["train/global_step"])))
-    return last_row, trained
+            if "eval/reward" in items:
+                evaluated = max(evaluated or 0, int(float(items["train/global_step"])))
+    return Held(last_row, trained, evaluated, frozenset(summary))
+
+
+def progress(job_dir: Path) -> tuple[int | None, int]:
+    """Over the job's offline W&B runs: the highest W&B step, and the last training step logged."""
+    found = held(job_dir)
+    return found.last_row, found.trained
 
 
 def history_step(history: Any) -> int:

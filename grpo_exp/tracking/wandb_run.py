@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from grpo_exp.config.schema import LoggerSettings
 from grpo_exp.folder import OFFLINE_RUNS, JobFolder, multirun_file
+from grpo_exp.tracking.metrics import EVAL_PREFIX, EVAL_REWARD, TRAINER_EVAL_PREFIX
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -200,30 +201,102 @@ def _guard_log(run: Any) -> None:
     wandb.log = guarded
 
 
-def continue_history(run: Any, mode: str, output_dir: Path, resumed_from: int, rows: list[dict[str, Any]]) -> int:
-    """Join a resumed job's W&B history to the stopped run's; returns the last training step W&B holds.
+# The first row of a continued history names where it continues: after a resume, its checkpoint's
+# step; after a repair (``grpo_exp.tracking.repair``), the last training step W&B held before.
+RESUME_MARKER = "resume/from_step"
+REPAIR_MARKER = "repair/from_step"
+# lifecycle copies summary.json's figures into the W&B summary under this prefix.
+SUMMARY_PREFIX = "summary/"
 
-    W&B keeps one row per step and drops steps below the highest it holds. Offline, W&B counts
-    again from 0 in the new ``offline-run-*`` folder, so the first row is placed after the earlier
-    folders' last one. Steps up to the checkpoint that W&B never received (a kill loses the last
-    rows in flight) are sent from ``metrics.jsonl`` (``rows``); steps after it that W&B already
-    holds are not sent again (``GuardedWandbCallback``).
-    """
-    from transformers.integrations.integration_utils import rewrite_logs  # W&B's train/ keys, as logged live
 
-    from grpo_exp.tracking import wandb_offline
+@dataclass(frozen=True)
+class History:
+    """What a job's W&B run holds: where W&B's step counter goes on, the last training step and the
+    last held-out evaluation it received, and whether it has the job's summary."""
 
+    next_row: int | None  # the W&B step of the next row, when W&B can't count on by itself (offline)
+    trained: int  # 0: none
+    evaluated: int | None  # None: none (an evaluation before training is at step 0)
+    summarized: bool
+
+
+def held_history(run: Any, mode: str, output_dir: Path) -> History:
+    """What W&B holds of the job: offline, from every ``offline-run-*`` folder (W&B counts again from
+    0 in a new one, so the next row is placed after their last); online, from the resumed run's summary
+    (its last ``train/global_step``, for training and evaluation rows alike)."""
     if mode == "offline":
-        last_row, sent = wandb_offline.progress(output_dir)
-        step = None if last_row is None else last_row + 1
-    else:
-        sent, step = run.summary.get("train/global_step"), None
-    sent = int(sent or 0)
-    run.log({"resume/from_step": resumed_from}, step=step)
-    for row in rows:
-        if sent < row["step"] <= resumed_from:
-            run.log({**rewrite_logs({k: v for k, v in row.items() if k != "step"}), "train/global_step": row["step"]})
-    return max(sent, resumed_from)
+        from grpo_exp.tracking import wandb_offline
+
+        found = wandb_offline.held(output_dir)
+        summarized = any(key.startswith(SUMMARY_PREFIX) for key in found.summary_keys)
+        next_row = None if found.last_row is None else found.last_row + 1
+        return History(next_row, found.trained, found.evaluated, summarized)
+    summary = run.summary
+    step = summary.get("train/global_step")
+    keys = summary.keys()  # W&B's Summary has keys() but can't be iterated itself
+    evaluated = None if step is None else int(step)
+    return History(None, int(step or 0), evaluated, any(key.startswith(SUMMARY_PREFIX) for key in keys))
+
+
+def missing_rows(
+    held: History, rows: Sequence[dict[str, Any]], evaluations: Sequence[dict[str, Any]] = (), until: int | None = None
+) -> list[dict[str, Any]]:
+    """The ``metrics.jsonl`` rows (training steps, held-out evaluations) W&B lacks, up to step ``until``
+    (None: the last), in the order live logging sent them: a step's evaluation after its training row."""
+    last = float("inf") if until is None else until
+    evaluated = -1 if held.evaluated is None else held.evaluated  # an evaluation before training is at step 0
+    missing = [row for row in rows if held.trained < row["step"] <= last]
+    missing += [row for row in evaluations if evaluated < row["step"] <= last]
+    return sorted(missing, key=lambda row: (row["step"], EVAL_REWARD in row))
+
+
+def history_record(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``metrics.jsonl`` row as live logging sent it to W&B: ``train/<key>`` (an evaluation's
+    ``eval/<key>``, its other keys ``train/``) and ``train/global_step``, as transformers' ``rewrite_logs``."""
+    from transformers.integrations.integration_utils import rewrite_logs
+
+    logs = {
+        TRAINER_EVAL_PREFIX + key[len(EVAL_PREFIX) :] if key.startswith(EVAL_PREFIX) else key: value
+        for key, value in row.items()
+        if key != "step"
+    }
+    return {**rewrite_logs(logs), "train/global_step": row["step"]}
+
+
+def continue_history(
+    run: Any,
+    mode: str,
+    output_dir: Path,
+    resumed_from: int | None,
+    rows: Sequence[dict[str, Any]],
+    evaluations: Sequence[dict[str, Any]] = (),
+    held: History | None = None,
+) -> int:
+    """Join a continued job's W&B history to the run's earlier one; returns the last training step W&B holds.
+
+    W&B keeps one row per step and drops steps below the highest it holds: the first row goes after
+    the ones W&B holds (``held_history``). After a resume (``resumed_from``, its checkpoint's step) the
+    steps up to the checkpoint that W&B never received (a kill loses the last rows in flight) are sent
+    from ``metrics.jsonl`` (``rows``); steps after it that W&B already holds are not sent again
+    (``GuardedWandbCallback``). A repair (``resumed_from=None``) sends every row W&B lacks, held-out
+    ``evaluations`` too.
+    """
+    held = held or held_history(run, mode, output_dir)
+    marker = {RESUME_MARKER: resumed_from} if resumed_from is not None else {REPAIR_MARKER: held.trained}
+    run.log(marker, step=held.next_row)
+    sent = missing_rows(held, rows, evaluations, resumed_from)
+    for row in sent:
+        run.log(history_record(row))
+    return max(held.trained, resumed_from or 0, *(row["step"] for row in sent))
+
+
+def summary_record(summary: dict[str, Any]) -> dict[str, Any]:
+    """summary.json's figures for the W&B summary: ``summary/<key>``, single values only."""
+    return {
+        f"{SUMMARY_PREFIX}{key}": value
+        for key, value in summary.items()
+        if isinstance(value, str | int | float) or value is None
+    }
 
 
 def view_hint(run: Any, mode: str, output_dir: Path) -> str:

@@ -12,13 +12,15 @@ from transformers import TrainerCallback
 from transformers.integrations import WandbCallback
 from transformers.trainer_callback import ProgressCallback
 
+from grpo_exp.config.schema import MonitorSettings
 from grpo_exp.errors import UserError
 from grpo_exp.folder import JobFolder
+from grpo_exp.rewards.solved import SOLVED
 from grpo_exp.tracking import wandb_run
-from grpo_exp.tracking.metrics import is_evaluation, metrics_row
+from grpo_exp.tracking.metrics import STOPPED_SOLVED, TRAINER_EVAL_PREFIX, is_evaluation, metrics_row
 from grpo_exp.tracking.monitor import Alert, HealthMonitor
 from grpo_exp.tracking.wandb_run import safely
-from grpo_exp.training import checkpoints
+from grpo_exp.training import checkpoints, ranks
 from grpo_exp.training.stops import StopRequest
 
 log = logging.getLogger("grpo_exp.tracking.monitor")
@@ -132,7 +134,9 @@ class StopCallback(TrainerCallback):
         self.request = request
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.request.signum is not None:
+        signum = ranks.largest(self.request.signum or 0)  # every rank stops at the step any rank was signalled in
+        if signum:
+            self.request.adopt(signum)
             control.should_save = True
             control.should_training_stop = True
 
@@ -149,6 +153,7 @@ class CheckpointSeal(TrainerCallback):
             control.should_save = True
 
     def on_save(self, args, state, control, **kwargs):
+        ranks.barrier()  # every rank's part of the checkpoint (its RNG state, its DeepSpeed shards) is written
         if state.is_world_process_zero:
             path = JobFolder(Path(args.output_dir)).checkpoint(state.global_step)
             checkpoints.seal(path, state.global_step, {"monitor": self.monitor.state_dict()})
@@ -171,3 +176,43 @@ class StageBounds(TrainerCallback):
         if state.global_step >= self.end:
             control.should_save = True
             control.should_training_stop = True
+
+
+class SolvedStop(TrainerCallback):
+    """Ends a run whose reward has stayed at its ceiling (``monitor.stop_when_solved``), so the steps left
+    are saved; with a checkpoint (unless the run keeps none), and the run counts as completed.
+
+    Judged on the held-out evaluations when the job has them, else on the training steps: a check is
+    solved when every completion it scored is at the reward's ceiling (``frac_solved`` 1, rewards/solved.py),
+    and the run ends once every check from one at least ``window`` steps back is solved (held-out: two
+    evaluations or more, the base model's at step 0 included). The step goes to ``metrics.jsonl`` as a
+    row of its own, which the summary reports as ``stopped_solved_at``. A reward with a part of unknown
+    ceiling logs no ``frac_solved``, so it never stops early. Off (``stop_when_solved: false``), it does nothing.
+    """
+
+    def __init__(self, folder: JobFolder, settings: MonitorSettings, held_out: bool) -> None:
+        self.folder = folder
+        self.enabled, self.window = settings.stop_when_solved, settings.solved_window
+        self.key = TRAINER_EVAL_PREFIX + SOLVED if held_out else SOLVED
+        self.since: int | None = None  # the first step of the current run of solved checks
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not self.enabled or not logs or not isinstance(logs.get(self.key), int | float):
+            return
+        if logs[self.key] < 1.0:
+            self.since = None
+            return
+        self.since = state.global_step if self.since is None else self.since
+        if state.global_step - self.since >= self.window and state.global_step < state.max_steps:
+            control.should_save = args.save_strategy != "no" or control.should_save
+            control.should_training_stop = True
+            if state.is_world_process_zero:
+                self.folder.append_row({"step": state.global_step, STOPPED_SOLVED: state.global_step})
+                log.info(
+                    "step %d: the reward has stayed at its ceiling since step %d (monitor.stop_when_solved): "
+                    "stopping, %d of %d steps saved",
+                    state.global_step,
+                    self.since,
+                    state.max_steps - state.global_step,
+                    state.max_steps,
+                )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import logging
 import time
 from concurrent.futures import Future
 from typing import Any
@@ -22,7 +23,15 @@ from grpo_exp.config.spec import JobSpec
 from grpo_exp.errors import describe_failure
 from grpo_exp.folder import JobFolder
 from grpo_exp.tracking import provenance
-from grpo_exp.tracking.metrics import eval_rows, objective_value, read_metrics, summarize, summarize_eval, training_rows
+from grpo_exp.tracking.metrics import (
+    eval_rows,
+    objective_value,
+    read_metrics,
+    stopped_solved_at,
+    summarize,
+    summarize_eval,
+    training_rows,
+)
 from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.tracking.outcome import format_outcome
 from grpo_exp.tracking.wandb_run import (
@@ -31,12 +40,15 @@ from grpo_exp.tracking.wandb_run import (
     lost,
     resolve_mode,
     safely,
+    summary_record,
     view_hint,
     wandb_run,
 )
-from grpo_exp.training import checkpoints
+from grpo_exp.training import checkpoints, ranks
 from grpo_exp.training.checkpoints import ResumePoint
 from grpo_exp.training.stops import JobStopped, StopRequest
+
+log = logging.getLogger(__name__)
 
 
 def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: ResumePoint | None = None) -> float:
@@ -58,16 +70,19 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
             folder.rewind(point.step)
         known = point.run_info.get("wandb", {})
         identity = dataclasses.replace(identity, name=known.get("name", identity.name), group=known.get("group"))
-    record = provenance.record(settings.seed, provenance.device_name(spec.layout.gpu))
+    record = provenance.record(settings.seed, provenance.device_name(spec.layout))
     info = _run_info(point, record, spec)
     if primary:
         folder.write_config(OmegaConf.to_yaml(resolved))
         folder.write_run_info(info)  # before the model loads: a job killed then still has its record
+    plan = _memory_plan(spec)
+    if primary and plan is not None:
+        folder.write_plan(plan)
     logger = settings.logger if primary else dataclasses.replace(settings.logger, backend="none")
     mode = resolve_mode(logger)
     stop = StopRequest()
     hint = None
-    config = {**resolved, "provenance": record}
+    config = {**resolved, "provenance": record, "plan": plan}
     run_id = info.get("wandb", {}).get("id")
     with wandb_run(logger, identity, config, folder.path, run_id, gpu=spec.layout.gpu) as opening:
         # transformers and trl load here, while the W&B run opens in the background
@@ -92,7 +107,8 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
                         outcome["startup_s"] = round(time.perf_counter() - started, 2)
                     schedule.publish(run)
                     _follow(trainer, run, sent)
-                    if stop.signum is not None:
+                    if signum := ranks.largest(stop.signum or 0):  # every rank, or none, trains the stage
+                        stop.adopt(signum)
                         break  # stopped while the stage was being built: nothing to train
                     trainer.train(resume_from_checkpoint=str(stage.resume_from.path) if stage.resume_from else None)
             if settings.save_model and trainer is not None:
@@ -109,7 +125,7 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
             summary = _summary(settings, folder, monitor, identity, outcome, write=primary)
             run = run or _opened(opening)
             if run is not None:
-                safely(lambda: run.summary.update({f"summary/{k}": v for k, v in summary.items() if _scalar(v)}))
+                safely(lambda: run.summary.update(summary_record(summary)))
         if stop.signum is not None:
             if run is not None:
                 safely(run.mark_preempting)
@@ -188,23 +204,41 @@ def _summary(
         **outcome,
         **training,
         **evaluation,
+        "stopped_solved_at": stopped_solved_at(rows),  # monitor.stop_when_solved ended it there; still completed
         "objective": objective,  # what the job returned to the sweeper: a held-out one falls back without eval
         "objective_value": value,
         "alerts": [{"kind": a.kind, "step": a.step, "message": a.message} for a in monitor.alerts],
         "overrides": {k: v if _scalar(v) else str(v) for k, v in identity.overrides.items()},
     }
     if write:
-        folder.write_summary(summary)
+        try:
+            folder.write_summary(summary)
+        except OSError as exc:  # a full disk: the summary before stays whole
+            if outcome["status"] == "completed":
+                raise
+            log.debug("could not write %s: %s", folder.summary_file, exc)  # the job's own failure says why
     return summary
 
 
 def _run_info(point: ResumePoint | None, record: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
-    """``run_info.json``: the first start's record and model, the W&B run to continue, each resume's record."""
-    model = dataclasses.asdict(spec.model)
-    info = dict(point.run_info) if point and point.run_info else {"provenance": record, "model": model, "resumes": []}
+    """``run_info.json``: the first start's record, model and layout, the W&B run to continue, each resume's."""
+    model, layout = dataclasses.asdict(spec.model), spec.layout.record()
+    first = {"provenance": record, "model": model, "layout": layout, "resumes": []}
+    info = dict(point.run_info) if point and point.run_info else first
     if point:
-        info.setdefault("resumes", []).append({"from_step": point.step, **record, "model": model})
+        info.setdefault("resumes", []).append({"from_step": point.step, **record, "model": model, "layout": layout})
     return info
+
+
+def _memory_plan(spec: JobSpec) -> dict[str, Any] | None:
+    """The job's memory plan for plan.json and the W&B config; a failure is a warning, never the job's end."""
+    try:
+        from grpo_exp.plan.memory import memory_plan
+
+        return memory_plan(spec, remedies=False).to_dict()
+    except Exception as exc:
+        log.warning("no memory plan: %s", describe_failure(exc))
+        return None
 
 
 def _scalar(value: Any) -> bool:

@@ -2,18 +2,32 @@
 
 The completions are drawn like TRL's GRPOTrainer draws them (chat template with the generation
 prompt, left padding, the ``grpo`` group's sampling settings) and scored by the job's own reward
-parts, summed with their weights as TRL sums them (a part that returns None is left out).
+parts, summed with their weights as TRL sums them (a part that returns None is left out). The
+adaptive profile needs only the totals; the reward probe (grpo_exp/plan/probe.py) also reads each
+part's scores, the completions' lengths and whether they were cut at ``grpo.max_completion_length``.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 from grpo_exp.config.schema import GrpoSettings
 from grpo_exp.rewards.compose import WeightedReward
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """One row's completions as scored: weighted totals, each part's scores (None: not scored), token
+    counts, and whether each was cut at the length limit (no end-of-sequence token)."""
+
+    totals: list[float]
+    parts: dict[str, list[float | None]]
+    lengths: list[int]
+    truncated: list[bool]
 
 
 @dataclass
@@ -29,14 +43,32 @@ class Sampler:
 
     def scores(self, rows: list[dict[str, Any]], samples: int, step: int) -> list[list[float]]:
         """The total reward of ``samples`` completions for each row (a dataset record with its ``prompt``)."""
+        return [row.totals for row in self.sample(rows, samples, step)]
+
+    def sample(self, rows: list[dict[str, Any]], samples: int, step: int | None) -> list[Sampled]:
+        """``samples`` completions for each row, scored part by part.
+
+        ``step``: the training step whose reward stages apply (parts that start later stay silent);
+        None scores every part, as outside a trainer."""
         self.model.eval()  # no dropout while sampling, as TRL's generation; the next stage's trainer reloads it
-        totals: list[list[float]] = []
+        sampled: list[Sampled] = []
         for start in range(0, len(rows), self.batch):
             chunk = rows[start : start + self.batch]
             completions, ids = self._generate([r["prompt"] for r in chunk], samples)
-            flat = self._score(chunk, samples, completions, ids, step)
-            totals += [flat[i * samples : (i + 1) * samples] for i in range(len(chunk))]
-        return totals
+            totals, parts = self._score(chunk, samples, completions, ids, step)
+            limit, eos = self.grpo.max_completion_length, self.tokenizer.eos_token_id
+            cut = [len(t) >= limit and (eos is None or t[-1] != eos) for t in ids]
+            for i in range(len(chunk)):
+                span = slice(i * samples, (i + 1) * samples)
+                sampled.append(
+                    Sampled(
+                        totals[span],
+                        {name: scores[span] for name, scores in parts.items()},
+                        [len(t) for t in ids[span]],
+                        cut[span],
+                    )
+                )
+        return sampled
 
     def _generate(self, prompts: list[Any], samples: int) -> tuple[list[Any], list[list[int]]]:
         import torch
@@ -73,12 +105,14 @@ class Sampler:
         return completions, ids
 
     def _score(
-        self, rows: list[dict[str, Any]], samples: int, completions: list[Any], ids: list[list[int]], step: int
-    ) -> list[float]:
+        self, rows: list[dict[str, Any]], samples: int, completions: list[Any], ids: list[list[int]], step: int | None
+    ) -> tuple[list[float], dict[str, list[float | None]]]:
         repeated = [r for r in rows for _ in range(samples)]
         columns = {k: [r[k] for r in repeated] for k in rows[0] if k != "prompt"}
-        state = SimpleNamespace(global_step=step)  # reward parts that start later (start_step) stay silent
+        # reward parts that start later (start_step) stay silent; without a step every part counts
+        state = None if step is None else SimpleNamespace(global_step=step)
         totals = [0.0] * len(completions)
+        parts: dict[str, list[float | None]] = {}
         for reward, weight in zip(self.rewards, self.weights, strict=True):
             part = reward(
                 prompts=[r["prompt"] for r in repeated],
@@ -87,10 +121,18 @@ class Sampler:
                 trainer_state=state,
                 **columns,
             )
-            for i, score in enumerate(part):
-                if score is not None and math.isfinite(score):
+            parts[reward.__name__] = [s if s is not None and math.isfinite(s) else None for s in part]
+            for i, score in enumerate(parts[reward.__name__]):
+                if score is not None:
                     totals[i] += weight * score
-        return totals
+        return totals, parts
+
+
+def sample_rows(size: int, limit: int | None, seed: int) -> list[int]:
+    """Row indices to sample: all of them, or a seeded sample of ``limit``, in order."""
+    if limit is None or limit >= size:
+        return list(range(size))
+    return sorted(random.Random(seed).sample(range(size), limit))
 
 
 def _prompt_ids(tokenizer: Any, prompt: Any) -> list[int]:

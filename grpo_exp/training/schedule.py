@@ -15,7 +15,6 @@ checkpoint's policy for the next one.
 from __future__ import annotations
 
 import logging
-import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,6 +23,7 @@ from transformers import TrainerCallback
 
 from grpo_exp import data, models
 from grpo_exp.config import checks
+from grpo_exp.config.layout import Layout
 from grpo_exp.config.schema import ExperimentConfig, ModelSettings
 from grpo_exp.config.spec import JobSpec
 from grpo_exp.folder import JobFolder
@@ -33,7 +33,7 @@ from grpo_exp.training import checkpoints
 from grpo_exp.training.callbacks import StageBounds
 from grpo_exp.training.checkpoints import Checkpoint, ResumePoint
 from grpo_exp.training.group_choice import Choice, choose
-from grpo_exp.training.profile import Sampler
+from grpo_exp.training.profile import Sampler, sample_rows
 from grpo_exp.training.stops import StopRequest
 
 log = logging.getLogger("grpo_exp.adaptive")
@@ -131,10 +131,10 @@ class AdaptiveStages:
 
     def _policy(self) -> tuple[Any, Any]:
         """The policy to profile before the first stage this process trains: the base model, or a checkpoint's."""
-        settings, gpu = self.spec.settings, self.spec.layout.gpu
-        model, tokenizer = load_policy(settings.model, self.checkpoint.path if self.checkpoint else None, gpu)
-        if gpu and not settings.model.quantization.load_in_4bit:  # the trainer moves it later; the profile comes first
-            model = model.to("cuda")
+        settings, layout = self.spec.settings, self.spec.layout
+        model, tokenizer = load_policy(settings.model, self.checkpoint.path if self.checkpoint else None, layout)
+        if layout.gpu and not settings.model.quantization.load_in_4bit:  # profiled before the trainer places it
+            model = model.to(f"cuda:{layout.local_rank}")
         return model, tokenizer
 
     def _prompts(self, tokenizer: Any) -> Any:
@@ -151,7 +151,7 @@ class AdaptiveStages:
         sampler = Sampler(
             model, tokenizer, list(spec.rewards), list(spec.weights), spec.settings.grpo, a.generation_batch
         )
-        profiled = _sample(len(prompts), a.profile_prompts, spec.settings.seed + self.step)
+        profiled = sample_rows(len(prompts), a.profile_prompts, spec.settings.seed + self.step)
         scores = sampler.scores([prompts[i] for i in profiled], a.samples_per_prompt, self.step)
         rates = [sum(s >= a.solved_threshold for s in row) / len(row) for row in scores]
         stage = checks.with_group(spec.settings, self.group, spec.layout.processes)
@@ -199,20 +199,13 @@ class AdaptiveStages:
         return entry
 
 
-def _sample(size: int, limit: int | None, seed: int) -> list[int]:
-    """Row indices to profile: all of them, or a seeded sample of ``limit``, in order."""
-    if limit is None or limit >= size:
-        return list(range(size))
-    return sorted(random.Random(seed).sample(range(size), limit))
-
-
-def load_policy(cfg: ModelSettings, checkpoint: Path | None, gpu: bool) -> tuple[Any, Any]:
+def load_policy(cfg: ModelSettings, checkpoint: Path | None, layout: Layout | None = None) -> tuple[Any, Any]:
     """The model as trained up to ``checkpoint`` (the base model without one), and its tokenizer.
 
     A full fine-tune's checkpoint holds the whole model; a LoRA one, the adapter over the base."""
     base = models.model_path(cfg)
     adapter = checkpoint is not None and (checkpoint / ADAPTER_CONFIG).is_file()
-    model = models.load_model(cfg, str(checkpoint) if checkpoint is not None and not adapter else base, gpu)
+    model = models.load_model(cfg, str(checkpoint) if checkpoint is not None and not adapter else base, layout)
     if adapter:
         from peft import PeftModel
 

@@ -6,6 +6,11 @@ of the step and asks the trainer to save a checkpoint and stop, so the job ends 
 summary and W&B run in order. A second signal stops at once (``KeyboardInterrupt``, still without
 a traceback on the console).
 
+Under torchrun or accelerate (several processes), a signal to any one rank stops them all at the
+same step: ``callbacks.StopCallback`` shares the request (``ranks.largest``) at each step's end.
+Ctrl-C there reaches every rank twice, from the terminal and again from the launcher, which passes
+its own on; a repeat within ``LAUNCHER_REPEAT_S`` is taken for that, not for a second press.
+
 Under submitit (``+launcher=slurm``), the pre-emption signal (SIGUSR2 unless
 ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise) is submitit's cue to requeue the job. It is caught the
 same way, and once the checkpoint is saved, submitit's own handler is called (``handover``): it
@@ -19,6 +24,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,6 +32,10 @@ log = logging.getLogger("grpo_exp")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 PREEMPTION_SIGNAL = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), signal.SIGUSR2)
+# How soon after a signal torchrun's copy of it arrives (it forwards within milliseconds); a person
+# pressing Ctrl-C again takes longer.
+LAUNCHER_REPEAT_S = 1.0
+LAUNCHED_BY = "TORCHELASTIC_RUN_ID"  # set by torchrun and accelerate launch for the processes they start
 
 
 class StopRequest:
@@ -34,6 +44,8 @@ class StopRequest:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.previous: dict[int, Any] = {}
+        self.at = 0.0  # when the signal came (time.monotonic)
+        self.launched = LAUNCHED_BY in os.environ
 
     @property
     def exit_code(self) -> int:
@@ -63,14 +75,28 @@ class StopRequest:
             return None
         return lambda: handler(self.signum, None)
 
+    def adopt(self, signum: int) -> None:
+        """Stop for another rank's signal, as if it had come here."""
+        if self.signum is None:
+            self.signum, self.at = signum, time.monotonic()
+            if _primary():
+                log.warning("%s received by another process: stopping with a checkpoint", signal.Signals(signum).name)
+
     def _handle(self, signum: int, frame: object) -> None:
         if self.signum is not None:
+            if self.launched and signum == self.signum and time.monotonic() - self.at < LAUNCHER_REPEAT_S:
+                return  # the launcher passing on the signal this process already has
             raise KeyboardInterrupt  # the second signal: stop now
-        self.signum = signum
-        log.warning(
-            "%s received: stopping after this step with a checkpoint (press Ctrl-C again to stop at once)",
-            signal.Signals(signum).name,
-        )
+        self.signum, self.at = signum, time.monotonic()
+        if _primary():
+            log.warning(
+                "%s received: stopping after this step with a checkpoint (press Ctrl-C again to stop at once)",
+                signal.Signals(signum).name,
+            )
+
+
+def _primary() -> bool:
+    return os.environ.get("RANK", "0") == "0"
 
 
 class JobStopped(Exception):

@@ -33,7 +33,14 @@ from grpo_exp.config.trl_map import optimizer_fields
 from grpo_exp.config.trl_schema import TrlGrpoFields
 from grpo_exp.folder import JobFolder
 from grpo_exp.tracking.monitor import HealthMonitor
-from grpo_exp.training.callbacks import CheckpointSeal, FinalEvaluation, JobCallback, SignalProgress, StopCallback
+from grpo_exp.training.callbacks import (
+    CheckpointSeal,
+    FinalEvaluation,
+    JobCallback,
+    SignalProgress,
+    SolvedStop,
+    StopCallback,
+)
 from grpo_exp.training.stops import StopRequest
 
 if TYPE_CHECKING:
@@ -101,7 +108,8 @@ def build_trainer(
         import torch
 
         torch.set_num_threads(settings.threads)
-    model, tokenizer = models.load(settings.model, models.model_path(settings.model), spec.layout.gpu)
+    path = models.model_path(settings.model)
+    tokenizer = models.load_tokenizer(settings.model, path)
     prompts, held_out = data.load_splits(settings.dataset, tokenizer)
     args = grpo_config(
         settings,
@@ -113,6 +121,8 @@ def build_trainer(
     )
     args.ignore_data_skip = stage.prompts is not None  # a stage's kept prompts: no data position to restore
     args.eval_on_start = args.eval_on_start and stage.resume_from is None  # once, before step 1
+    _ = args.device  # the distributed state (and DeepSpeed's config) exist before the weights load
+    model = models.load_model(settings.model, path, spec.layout)
     with library_bars_off():  # the reference model would repeat the policy's "Loading weights" bar
         trainer = JobTrainer(
             model=model,
@@ -127,6 +137,7 @@ def build_trainer(
                 CheckpointSeal(monitor),
                 StopCallback(stop),
                 *([FinalEvaluation()] if held_out is not None else []),
+                SolvedStop(folder, settings.monitor, held_out=held_out is not None),
                 *stage.callbacks,
             ],
             print_completions=settings.grpo.print_completions,
@@ -155,6 +166,8 @@ def grpo_config(
         seed=settings.seed,
         use_cpu=not layout.gpu,
         bf16=layout.bf16,
+        fp16=layout.fp16,
+        trust_remote_code=settings.model.trust_remote_code,  # the reference model and vLLM load with it too
         report_to=["wandb"] if report_to_wandb else "none",
         disable_tqdm=False if g.disable_tqdm is None else g.disable_tqdm,
         # grpo.save_steps=0 (the default) means no checkpoints; TRL itself wants a positive interval.
@@ -163,6 +176,8 @@ def grpo_config(
         use_vllm=g.use_vllm and layout.gpu,
         reward_weights=weights,
     )
+    if layout.reference_dtype != layout.weight_dtype:  # TRL builds the reference model from these
+        fields.update(model_init_kwargs={"dtype": layout.reference_dtype})
     if held_out:
         fields.update(per_device_eval_batch_size=batch.eval_batch(settings, held_out, layout.processes))
     else:
@@ -181,6 +196,10 @@ def _quiet_library_noise() -> None:
     TRL toggles gradient checkpointing around generation through calls transformers 5 deprecates,
     warning on every step."""
     warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.*deprecated", category=FutureWarning)
+    # With a model instance, TRL says it ignores model_init_kwargs; it does build the reference model from them.
+    logging.getLogger("trl.trainer.grpo_trainer").addFilter(
+        lambda record: "`model_init_kwargs` will be ignored" not in record.getMessage()
+    )
     # Resuming a model with tied embeddings: transformers reports the tied lm_head as "missing"
     # from the checkpoint, then ties it; nothing is missing.
     logging.getLogger("transformers.trainer").addFilter(

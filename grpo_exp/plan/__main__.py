@@ -1,0 +1,136 @@
+"""``python -m grpo_exp.plan [options] <run.py's overrides>``: the memory a job (or each job of a
+``-m`` sweep) needs per device, without downloading or loading weights.
+
+Options: ``--gpu-memory 24GiB`` plans for a GPU of that size (on any machine, native bf16 assumed);
+``--launcher zero3`` / ``--processes 8`` plan a launch (accelerate configs in accelerate/);
+``--json`` prints one JSON object (a sweep's: its jobs under ``jobs``, the largest peak on top);
+``--probe`` also runs ``grpo_exp.plan.probe`` on the job (it loads the model) and shows its result
+(under ``probe`` in the JSON). Exit 2 with one line for bad input; a plan that doesn't fit is
+still exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from typing import Any
+
+from grpo_exp.errors import UserError
+
+EXIT_USER_ERROR = 2
+# Size units for --gpu-memory; a bare G/M/K is binary, as nvidia-smi and torch report memory.
+UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "kb": 10**3,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "mb": 10**6,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+    "gb": 10**9,
+    "t": 1 << 40,
+    "tib": 1 << 40,
+    "tb": 10**12,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """``24GiB``, ``24GB``, ``80G``, ``16000MiB`` or bytes; a one-line UserError otherwise."""
+    match = _SIZE.match(text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in UNITS or float(match.group(1)) <= 0:
+        raise UserError(f"--gpu-memory {text}: give a size such as 24GiB, 80GB or 16000MiB")
+    return int(float(match.group(1)) * UNITS[unit])
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m grpo_exp.plan",
+        description="Memory plan of a GRPO job per device (the same overrides as run.py).",
+    )
+    p.add_argument("-m", "--multirun", action="store_true", help="plan every job of the sweep")
+    p.add_argument("--gpu-memory", help="plan for a GPU of this size, e.g. 24GiB, 80GB")
+    p.add_argument("--launcher", help="an accelerate config: ddp, zero2, zero3, fsdp (accelerate/) or a path")
+    p.add_argument("--processes", type=int, help="training processes (GPUs); default: the launcher's, WORLD_SIZE")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--probe", action="store_true", help="also probe the job for real (loads the model)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, overrides = parser().parse_known_args(argv)
+    try:
+        result = run(args, overrides)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    print(result)
+    return 0
+
+
+def run(args: argparse.Namespace, overrides: list[str]) -> str:
+    from grpo_exp.plan import jobs
+    from grpo_exp.plan.memory import memory_plan_of_settings
+    from grpo_exp.plan.table import format_plan
+    from grpo_exp.plan.target import job_target
+
+    gpu_memory = parse_size(args.gpu_memory) if args.gpu_memory is not None else None
+    if args.processes is not None and args.processes < 1:
+        raise UserError(f"--processes {args.processes}: give 1 or more")
+    launch = jobs.launch(args.launcher, args.processes)
+    composed = list(jobs.composed_jobs(overrides, args.multirun))
+    texts, dicts = [], []
+    for number, (job, settings) in enumerate(composed, 1):
+        planned_gpu = gpu_memory is not None or settings.model.quantization.load_in_4bit
+        layout, simulated = jobs.layout_for(settings, launch.processes, planned_gpu)
+        target = job_target(settings, layout, gpu_memory, launch.sharding, simulated)
+        plan = memory_plan_of_settings(settings, target)
+        entry: dict[str, Any] = {"overrides": job, **plan.to_dict()}
+        title = f"job {number}/{len(composed)}: {' '.join(job) or '(defaults)'}"
+        text = format_plan(plan, title)
+        if args.probe:
+            entry["probe"], probe_text = _probe(job)
+            text += "\n" + probe_text
+        texts.append(text)
+        dicts.append(entry)
+    if not args.json:
+        return "\n\n".join(texts)
+    if len(dicts) == 1 and not args.multirun:
+        return json.dumps(dicts[0], indent=2)
+    largest = max(dicts, key=lambda d: d["peak_bytes"])
+    fits = [d["fits"] for d in dicts]
+    summary = {
+        "peak_bytes": largest["peak_bytes"],
+        "fits": None if None in fits else all(fits),
+        "items": largest["items"],
+        "jobs": dicts,
+    }
+    return json.dumps(summary, indent=2)
+
+
+def _probe(job: list[str]) -> tuple[dict[str, Any], str]:
+    """Run the probe (grpo_exp/plan/probe.py) on the job's full spec: it needs this machine to run it."""
+    try:
+        from grpo_exp.plan.probe import format_probe, probe
+    except ImportError as exc:
+        raise UserError(f"--probe needs grpo_exp/plan/probe.py ({exc})") from None
+    from hydra import initialize_config_dir
+
+    from grpo_exp.config.schema import CONF_DIR, PRIMARY_CONFIG, register_schema
+    from grpo_exp.job.preflight import compose_job, job_spec
+
+    register_schema()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        spec = job_spec(compose_job(PRIMARY_CONFIG, job))
+    result = probe(spec)
+    return result, format_probe(result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

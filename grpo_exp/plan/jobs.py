@@ -1,0 +1,116 @@
+"""The jobs a ``python -m grpo_exp.plan`` command plans, composed as run.py composes them.
+
+A plan may be for a machine other than this one (``--gpu-memory`` on a CPU machine, 4-bit
+weights, several processes), so the job is checked as a spec would be, except for what this
+machine's hardware rules out, and its data and rewards are not built: they take no device memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_exp.config.schema import CONF_DIR, PRIMARY_CONFIG, ExperimentConfig
+from grpo_exp.errors import UserError
+
+ACCELERATE_DIR = CONF_DIR.parent / "accelerate"  # the repository's accelerate configs (ddp, zero2, zero3, fsdp)
+PLANNED_CAPABILITY = (8, 0)  # a planned GPU: Ampere or later (native bf16)
+PLANNED_GPU = "a planned GPU"
+_DISTRIBUTED = {"MULTI_GPU": "ddp", "FSDP": "fsdp", "NO": "none"}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How many processes a job trains with and how they shard."""
+
+    processes: int
+    sharding: str  # none | ddp | zero2 | zero3 | fsdp
+
+
+def launch(launcher: str | None, processes: int | None) -> Launch:
+    """``--launcher`` (an accelerate config in accelerate/, by name or path) and ``--processes``;
+    without them, WORLD_SIZE (a plan started inside a launch) or one process."""
+    if launcher is None:
+        count = processes or int(os.environ.get("WORLD_SIZE", "1"))
+        return Launch(count, "ddp" if count > 1 else "none")
+    config = _accelerate_config(launcher)
+    count = processes or int(config.get("num_processes", 1))
+    kind = config.get("distributed_type", "NO")
+    if kind == "DEEPSPEED":
+        sharding = f"zero{(config.get('deepspeed_config') or {}).get('zero_stage', 2)}"
+    else:
+        sharding = _DISTRIBUTED.get(kind, "ddp")
+    return Launch(count, sharding if count > 1 or sharding != "ddp" else "none")
+
+
+def _accelerate_config(launcher: str) -> dict[str, Any]:
+    import yaml
+
+    path = Path(launcher)
+    if not path.is_file():
+        path = ACCELERATE_DIR / f"{launcher}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in ACCELERATE_DIR.glob("*.yaml")))
+        raise UserError(f"--launcher {launcher}: no such accelerate config; known: {known} (or a path to one)")
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(config, dict):
+        raise UserError(f"--launcher {launcher}: {path} is not an accelerate config")
+    return config
+
+
+def composed_jobs(overrides: Sequence[str], multirun: bool) -> Iterator[tuple[list[str], ExperimentConfig]]:
+    """Each job's overrides and settings (checked, batch not yet derived), as run.py would compose them."""
+    from hydra import initialize_config_dir
+
+    from grpo_exp.config.loading import to_settings
+    from grpo_exp.config.schema import register_schema
+    from grpo_exp.job.preflight import compose_job, job_overrides
+
+    register_schema()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        jobs = list(job_overrides(PRIMARY_CONFIG, overrides)) if multirun else [list(overrides)]
+        for job in jobs:
+            settings = to_settings(compose_job(PRIMARY_CONFIG, job))
+            check_settings(settings)
+            yield job, settings
+
+
+def check_settings(settings: ExperimentConfig) -> None:
+    """The spec's checks that don't depend on this machine (``spec.build_spec`` runs them all)."""
+    from grpo_exp import models
+    from grpo_exp.config import checks
+
+    checks.check(settings)
+    checks.check_model(settings)
+    models.resolve(settings.model)
+
+
+def layout_for(settings: ExperimentConfig, processes: int, planned_gpu: bool) -> tuple[Any, bool]:
+    """The layout ``config.layout.decide`` gives the job, with the plan's process count, and whether
+    its GPU is simulated: this machine's GPU when it has one (only then is torch asked); a simulated
+    GPU with native bf16 when the plan is for a GPU (``planned_gpu``: a memory size was given, or
+    the job needs one) and this machine has none; else the CPU."""
+    from grpo_exp import hardware
+    from grpo_exp.config import layout
+
+    real = settings.device != "cpu" and hardware.driver_present()
+    where = layout.decide(settings) if real else None
+    simulated = planned_gpu and (where is None or not where.gpu)
+    if simulated:
+        planned = hardware.Machine(
+            "planned",
+            cuda_build=True,
+            driver=True,
+            gpus=1,
+            name=PLANNED_GPU,
+            capability=PLANNED_CAPABILITY,
+            native_bf16=True,
+        )
+        where = layout.decide(settings, planned)
+    elif where is None:
+        where = layout.decide(settings, hardware.Machine("", cuda_build=False, driver=False))
+    return dataclasses.replace(where, processes=processes), simulated

@@ -1,0 +1,185 @@
+"""Two real training processes on the CPU (torchrun, gloo): one job, one record, one stop.
+
+``torchrun --nproc_per_node 2`` starts two ranks that train the tiny model together. A reward part
+(tests/fixtures/rank_rewards.py) notes from inside each process its rank, WORLD_SIZE and the share
+of the batch it scored, so these tests see that there were two processes, not one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_exp.tracking.metrics import read_metrics, training_rows
+from tests.conftest import ROOT
+
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+RANK_PART = "+reward.parts.ranks={fn: tests.fixtures.rank_rewards.note_rank, weight: 0.0}"
+QUICK = ("logger=none", "dataset.eval_fraction=0", "grpo.max_completion_length=24", RANK_PART)
+
+
+def launch(out: Path, *overrides: str, command: list[str] | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "RANK_LOG_DIR": str(out.parent), "OMP_NUM_THREADS": "1"}
+    words = command or [TORCHRUN, "--nproc_per_node", "2", "run.py", f"hydra.run.dir={out}", *QUICK, *overrides]
+    return subprocess.Popen(
+        words, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
+    console, _ = process.communicate(timeout=600)
+    return process.returncode, console
+
+
+def noted(folder: Path) -> list[dict]:
+    return [json.loads(line) for path in sorted(folder.glob("ranks-*.jsonl")) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("two") / "job"
+    code, console = finish(launch(out, "grpo.max_steps=3", "grpo.save_steps=3"))
+    assert code == 0, console[-3000:]
+    return out, console
+
+
+def test_two_processes_train_the_job(two_ranks):
+    out, _ = two_ranks
+    calls = noted(out.parent)
+    assert {c["rank"] for c in calls} == {0, 1} and {c["world_size"] for c in calls} == {2}
+    # 12 completions per step, split over the two ranks: each scores its own 6
+    assert {c["completions"] for c in calls} == {6}
+    assert "per_device_train_batch_size: 6" in (out / "config.yaml").read_text()
+
+
+def test_each_file_of_the_job_is_written_once(two_ranks):
+    out, console = two_ranks
+    assert [r["step"] for r in training_rows(read_metrics(out / "metrics.jsonl"))] == [1, 2, 3]
+    log = (out / "run.log").read_text().splitlines()
+    assert log and len(log) == len(set(log)), "a second rank wrote run.log too"
+    assert console.count("training on the CPU, 2 processes") == 1, "the layout line comes from rank 0 alone"
+    assert console.count("status  completed") == 1, "one end-of-run block"
+    assert console.count("loaded 256 prompts") == 1
+    info = json.loads((out / "run_info.json").read_text())
+    assert info["layout"]["processes"] == 2 and info["layout"]["device"] == "cpu"
+    assert (out / "checkpoint-3" / "rng_state_1.pth").is_file(), "rank 1 saved its part of the checkpoint"
+
+
+def wait_for_rows(out: Path, rows: int, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        if (out / "metrics.jsonl").is_file() and len(read_metrics(out / "metrics.jsonl")) >= rows:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the run did not reach {rows} logged steps")
+
+
+def rank_pid(launcher: subprocess.Popen[str], rank: int) -> int:
+    """The pid of the worker with ``rank``: torchrun's children, whose environment names their rank."""
+    children = subprocess.run(["pgrep", "-P", str(launcher.pid)], capture_output=True, text=True).stdout.split()
+    for pid in children:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        if f"RANK={rank}".encode() in environ:
+            return int(pid)
+    raise AssertionError(f"no worker of rank {rank} among {children}")
+
+
+def test_a_signal_to_one_rank_stops_both_with_a_checkpoint_and_the_launch_resumes(tmp_path):
+    out = tmp_path / "job"
+    steps = 12
+    run = launch(out, f"grpo.max_steps={steps}", "grpo.save_steps=50")
+    wait_for_rows(out, 3, run)
+    os.kill(rank_pid(run, 1), signal.SIGINT)
+    code, console = finish(run)
+    assert code != 0, "torchrun reports the ranks' exit code 130"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and 3 <= summary["steps"] < steps, console[-3000:]
+    stopped = summary["steps"]
+    assert (out / f"checkpoint-{stopped}" / "grpo_exp_state.json").is_file(), "the stop checkpoint is sealed"
+    assert {p.name for p in out.glob("checkpoint-*")} == {f"checkpoint-{stopped}"}
+    assert "Connection reset" not in console and "received by another process" in console
+    # both ranks scored their last batch at the same step
+    last = {r: max(c["step"] for c in noted(tmp_path) if c["rank"] == r) for r in (0, 1)}
+    assert last[0] == last[1], last
+
+    printed = re.search(r"resume with: (.+)", console)
+    assert printed, console[-2000:]
+    words = shlex.split(printed.group(1))
+    assert words[:3] == ["torchrun", "--nproc_per_node", "2"] and words[3:] == ["run.py", f"resume={out}"], words
+    code, console = finish(launch(out, command=[TORCHRUN, *words[1:]]))
+    assert code == 0, console[-3000:]
+    rows = training_rows(read_metrics(out / "metrics.jsonl"))
+    assert [r["step"] for r in rows] == list(range(1, steps + 1)), "every step exactly once"
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+
+
+def test_a_launch_without_a_folder_is_refused_in_one_line():
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0"}
+    result = subprocess.run(
+        [sys.executable, "run.py", "grpo.max_steps=2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: under torchrun or accelerate launch, all processes write into one folder: add hydra.run.dir=<folder>"
+    ]
+
+
+def decide(mode: str, folder: Path) -> list[dict]:
+    """Runs tests/fixtures/rank_decisions.py ``mode`` on two ranks; what each saw."""
+    script = str(ROOT / "tests" / "fixtures" / "rank_decisions.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [TORCHRUN, "--nproc_per_node", "2", script, mode, str(folder)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = [json.loads((folder / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    assert [s["world_size"] for s in seen] == [2, 2]
+    return seen
+
+
+def test_a_checkpoint_is_sealed_only_once_every_rank_has_written_its_part(tmp_path):
+    decide("seal", tmp_path)
+    checkpoint = tmp_path / "checkpoint-1"
+    recorded = json.loads((checkpoint / "grpo_exp_state.json").read_text())["files"]
+    assert recorded.get("rng_state_1.pth") == 1001, recorded
+    from grpo_exp.training.checkpoints import problem
+
+    assert problem(checkpoint) is None
+
+
+def sealed_checkpoint(folder: Path, step: int) -> None:
+    from grpo_exp.training.checkpoints import seal
+
+    path = folder / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    (path / "trainer_state.json").write_text("{}")
+    seal(path, step, {})
+
+
+def test_where_to_resume_is_decided_once_and_shared(tmp_path):
+    sealed_checkpoint(tmp_path, 2)
+    (tmp_path / "checkpoint-4").mkdir()  # a checkpoint the job stopped while saving: never sealed
+    seen = decide("resume", tmp_path)
+    assert [s["step"] for s in seen] == [2, 2]
+    assert sorted(p.name for p in tmp_path.iterdir() if "checkpoint" in p.name) == [
+        "checkpoint-2",
+        "damaged-checkpoint-4",
+    ]
+
+
+def test_a_decision_that_fails_on_rank_0_fails_on_every_rank(tmp_path):
+    assert [s["raised"] for s in decide("error", tmp_path)] == ["rank 0 refused", "rank 0 refused"]

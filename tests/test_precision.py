@@ -1,0 +1,243 @@
+"""The layout decision against simulated machines: device, precision policy, processes (config/layout.py).
+
+Each row of the precision policy has a test here, on the GPU it is meant for (``tests/machines.py``
+says what torch would report); what a real GPU does with it is benchmarks/gpu_check.py's part.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from grpo_exp import hardware
+from grpo_exp.config.layout import Precision, check_hardware, decide
+from grpo_exp.errors import UserError
+from tests.machines import A100, CPU_BUILD_WITH_DRIVER, CPU_ONLY, CUDA_BUILD_NO_GPU, H100_X4, P100, T4, V100_X2
+
+QWEN = "model=qwen2_5_0_5b_instruct"  # model.dtype: bfloat16, LoRA off: full fine-tuning
+MISTRAL = "model=mistral_7b_instruct"  # model.dtype: bfloat16, LoRA on
+
+
+@pytest.fixture(autouse=True)
+def plain_run(monkeypatch):
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_full_fine_tuning_keeps_float32_weights_under_bf16_autocast(settings):
+    """Finding 2: the Qwen presets (dtype bfloat16, LoRA off) trained in pure bf16."""
+    layout = decide(settings(QWEN), A100)
+    assert (layout.device, layout.precision, layout.weight_dtype) == ("cuda", Precision.bf16, "float32")
+    assert layout.reference_dtype == "bfloat16"  # the reference model never trains: half the memory
+
+
+def test_full_fine_tuning_on_a_gpu_without_native_bf16_uses_fp16_autocast(settings):
+    """Finding 3: bf16 was set on any GPU, emulated on T4 and V100."""
+    for gpu in (T4, V100_X2):
+        layout = decide(settings(QWEN), gpu)
+        assert (layout.precision, layout.weight_dtype, layout.reference_dtype) == (Precision.fp16, "float32", "float16")
+        assert any("without native bf16: loading float16" in note for note in layout.notes)
+
+
+def test_below_fp16_tensor_cores_everything_is_fp32(settings):
+    layout = decide(settings(QWEN), P100)
+    assert (layout.precision, layout.weight_dtype, layout.reference_dtype) == (Precision.fp32, "float32", "float32")
+
+
+def test_lora_keeps_the_base_in_its_dtype(settings):
+    layout = decide(settings(MISTRAL), A100)
+    assert (layout.precision, layout.weight_dtype) == (Precision.bf16, "bfloat16")
+    assert decide(settings(MISTRAL), T4).weight_dtype == "float16"
+    assert decide(settings(MISTRAL, "model.dtype=float32"), A100).weight_dtype == "float32"
+    assert decide(settings(MISTRAL, "model.dtype=auto"), T4).weight_dtype == "float16"
+
+
+def test_qlora_computes_in_the_autocast_dtype(settings, monkeypatch):
+    monkeypatch.setattr(hardware, "installed", lambda name: True)
+    qlora = settings(MISTRAL, "+recipe=low_memory")
+    for gpu, dtype in ((A100, "bfloat16"), (T4, "float16")):
+        layout = decide(qlora, gpu)
+        assert layout.precision.dtype == dtype
+        assert check_hardware(qlora, layout) == []
+
+
+def test_the_cpu_trains_in_float32(settings):
+    layout = decide(settings(QWEN), CPU_ONLY)
+    assert (layout.device, layout.precision, layout.weight_dtype, layout.reference_dtype) == (
+        "cpu",
+        Precision.fp32,
+        "float32",
+        "float32",
+    )
+    assert layout.notes == ("model.dtype=bfloat16 on the CPU is slow and imprecise; loading float32",)
+    assert decide(settings("grpo.bf16=true"), CPU_ONLY).precision is Precision.bf16  # asked for
+
+
+def test_precision_asked_for_that_the_device_cannot_give_is_refused(settings):
+    with pytest.raises(UserError, match=r"grpo.bf16=true but Tesla T4 \(compute capability 7.5\) emulates bf16"):
+        decide(settings("grpo.bf16=true"), T4)
+    with pytest.raises(UserError, match=r"grpo.fp16=true needs a CUDA GPU"):
+        decide(settings("grpo.fp16=true"), CPU_ONLY)
+    with pytest.raises(UserError, match="choose one"):
+        decide(settings("grpo.fp16=true", "grpo.bf16=true"), A100)
+    assert decide(settings("grpo.bf16=false"), A100).precision is Precision.fp32
+
+
+def test_a_cpu_only_torch_on_a_machine_with_a_driver(settings):
+    """Finding 5: the driver said GPU, torch said CPU; the job trained on the CPU without a word."""
+    layout = decide(settings(), CPU_BUILD_WITH_DRIVER)
+    assert not layout.gpu
+    assert layout.notes == (
+        "torch 2.13.0+cpu is a CPU-only build, though an NVIDIA driver is installed: training on the CPU; "
+        "for the GPU, make setup TORCH=torch",
+    )
+    with pytest.raises(UserError, match=r"device=cuda but torch 2.13.0\+cpu is a CPU-only build"):
+        decide(settings("device=cuda"), CPU_BUILD_WITH_DRIVER)
+    with pytest.raises(UserError, match="no CUDA GPU is visible"):
+        decide(settings("device=cuda"), CUDA_BUILD_NO_GPU)
+    qlora = settings(MISTRAL, "+recipe=low_memory")
+    with pytest.raises(UserError, match="needs a CUDA GPU"):
+        check_hardware(qlora, decide(qlora, CPU_BUILD_WITH_DRIVER))
+
+
+def test_a_plain_run_on_several_gpus_uses_one_and_says_how_to_use_all(settings):
+    """Finding 1: a plain run on 2+ GPUs failed after the model loaded (TRL refuses nn.DataParallel)."""
+    layout = decide(settings(QWEN), H100_X4)
+    assert layout.processes == 1 and layout.local_rank == 0 and layout.gpus_visible == 4
+    assert "--num_processes 4 run.py" in layout.notes[0]
+
+
+def test_launched_ranks_each_take_their_own_gpu(settings, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    layout = decide(settings(QWEN), V100_X2)
+    assert (layout.processes, layout.rank, layout.local_rank, layout.notes[1:]) == (2, 1, 1, ())
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    with pytest.raises(UserError, match=r"4 processes on this machine but 2 GPU\(s\) visible"):
+        decide(settings(QWEN), V100_X2)
+
+
+def test_machine_keeps_a_plain_run_to_the_first_gpu(monkeypatch):
+    """What torch reports, with torch.cuda simulated: 4 GPUs, and CUDA_VISIBLE_DEVICES narrowed first."""
+    import torch
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    seen = {}
+
+    def properties(index):
+        seen["visible"] = __import__("os").environ.get("CUDA_VISIBLE_DEVICES")
+        return SimpleNamespace(name="NVIDIA H100", major=9, minor=0, total_memory=80 * 1024**3)
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    found = hardware.machine(0, only_first=True)
+    assert (found.gpus, found.capability, found.native_bf16) == (4, (9, 0), True)
+    assert seen["visible"] == "0", "the first GPU alone, before CUDA starts"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    hardware.machine(0, only_first=True)
+    assert seen["visible"] == "3"
+
+
+def test_vllm_refusals(settings, monkeypatch):
+    monkeypatch.setattr(hardware, "installed", lambda name: True)
+    qlora_vllm = settings(MISTRAL, "+recipe=low_memory", "grpo.use_vllm=true")
+    with pytest.raises(UserError, match="with 4-bit weights: every weight sync would merge the adapter"):
+        check_hardware(qlora_vllm, decide(qlora_vllm, A100))
+    vllm = settings(QWEN, "grpo.use_vllm=true")
+    monkeypatch.setattr("grpo_exp.config.layout.metadata.version", lambda name: "0.10.2")
+    with pytest.raises(UserError, match=r"vLLM 0.10.2 is outside the releases TRL accepts \(0.22.0 to 0.31.0\)"):
+        check_hardware(vllm, decide(vllm, A100))
+    monkeypatch.setattr("grpo_exp.config.layout.metadata.version", lambda name: "0.31.0")
+    assert check_hardware(vllm, decide(vllm, A100)) == []
+    with pytest.raises(UserError, match="Tesla T4, which has no native bf16"):
+        check_hardware(vllm, decide(vllm, T4))
+
+
+def test_our_vllm_range_is_trls():
+    """TRL's own bounds (trl/import_utils.py, read as text: importing trl takes seconds)."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    from grpo_exp.config.layout import VLLM_RANGE
+
+    source = Path(importlib.util.find_spec("trl").origin).with_name("import_utils.py").read_text()
+    assert re.search(rf'Version\("{VLLM_RANGE[0]}"\) <= _vllm_base_version <= Version\("{VLLM_RANGE[1]}"\)', source)
+
+
+def test_the_trainer_gets_the_decision(settings, tmp_path, monkeypatch):
+    from grpo_exp.config.spec import build_spec
+    from grpo_exp.training.trainer import grpo_config
+
+    monkeypatch.setattr(hardware, "machine", lambda *a, **k: T4)
+    spec = build_spec(settings(QWEN, "model.trust_remote_code=true"))
+    args = grpo_config(spec.settings, spec.layout, tmp_path, [1.0], report_to_wandb=False)
+    assert (args.bf16, args.fp16, args.use_cpu) == (False, True, False)
+    assert args.model_init_kwargs == {"dtype": "float16"}  # TRL builds the reference model from it
+    assert args.trust_remote_code is True  # finding 11: the reference model and vLLM load with it
+
+
+def test_the_policy_loads_in_the_layouts_dtype(settings):
+    """A full fine-tune's weights load float32 whatever model.dtype says (the tiny model, on the CPU)."""
+    import torch
+
+    from grpo_exp import models
+
+    cfg = settings("model.dtype=bfloat16")
+    layout = decide(cfg, CPU_ONLY)
+    model = models.load_model(cfg.model, models.model_path(cfg.model), layout)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_the_distributed_state_exists_before_the_weights_load(settings, tmp_path, monkeypatch):
+    """Finding 6: the model loaded before accelerate's state (and with it DeepSpeed's ZeRO-3 config and
+    FSDP's rank-0 loading) existed, so their loading options did nothing."""
+    from accelerate import PartialState
+    from grpo_exp import models
+    from grpo_exp.config.spec import build_spec
+    from grpo_exp.folder import JobFolder
+    from grpo_exp.tracking.monitor import HealthMonitor
+    from grpo_exp.training import trainer
+    from grpo_exp.training.schedule import OneStage
+    from grpo_exp.training.stops import StopRequest
+
+    PartialState._reset_state()
+    seen = {}
+    load = models.load_model
+
+    def load_model(*args, **kwargs):
+        seen["state"] = dict(PartialState._shared_state)
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(models, "load_model", load_model)
+    spec = build_spec(settings("grpo.max_steps=1", "logger=none"))
+    stage = OneStage(spec, None).next_stage(None)
+    trainer.build_trainer(spec, stage, JobFolder(tmp_path), HealthMonitor(spec.settings.monitor), StopRequest(), False)
+    assert seen["state"], "accelerate's state is set up when the model loads"
+
+
+def test_a_4bit_model_goes_to_this_ranks_own_gpu(settings, monkeypatch):
+    """Finding 6: bitsandbytes put every rank's 4-bit model on cuda:0."""
+    import transformers
+
+    from grpo_exp import models
+
+    seen = {}
+
+    def from_pretrained(path, **kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop here: no GPU to load onto")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(hardware, "installed", lambda name: True)
+    for name, value in (("WORLD_SIZE", "2"), ("LOCAL_WORLD_SIZE", "2"), ("RANK", "1"), ("LOCAL_RANK", "1")):
+        monkeypatch.setenv(name, value)
+    qlora = settings(MISTRAL, "+recipe=low_memory")
+    with pytest.raises(RuntimeError, match="stop here"):
+        models.load_model(qlora.model, "unused", decide(qlora, V100_X2))
+    assert seen["device_map"] == {"": 1}
+    assert str(seen["quantization_config"].bnb_4bit_compute_dtype) == "torch.float16"  # V100: no native bf16
