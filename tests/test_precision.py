@@ -60,6 +60,7 @@ def test_qlora_computes_in_the_autocast_dtype(settings, monkeypatch):
         layout = decide(qlora, gpu)
         assert layout.precision.dtype == dtype
         assert check_hardware(qlora, layout) == []
+        assert f"{layout.precision.value} compute, 4-bit weights" in layout.describe()
 
 
 def test_the_cpu_trains_in_float32(settings):

@@ -62,6 +62,7 @@ class Layout:
     local_rank: int = 0  # the GPU this process trains on
     gpu_name: str | None = None
     gpus_visible: int = 0  # GPUs torch saw, before a plain run kept the first
+    quantized: bool = False  # a 4-bit base (QLoRA); weight_dtype is then that of its unquantized parts
     notes: tuple[str, ...] = ()  # what the decision changed from the config, one line each
 
     @property
@@ -85,8 +86,9 @@ class Layout:
         """The decision as the one line a job prints at its start."""
         where = f"GPU {self.local_rank} ({self.gpu_name})" if self.gpu else "the CPU"
         processes = "1 process" if self.processes == 1 else f"{self.processes} processes"
+        weights = "4-bit" if self.quantized else self.weight_dtype
         return (
-            f"training on {where}, {processes}: {self.precision.value} compute, {self.weight_dtype} weights"
+            f"training on {where}, {processes}: {self.precision.value} compute, {weights} weights"
             f"{'' if self.reference_dtype == self.weight_dtype else f', {self.reference_dtype} reference'}"
         )
 
@@ -135,6 +137,7 @@ def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
         local_rank=local_rank if gpu else 0,
         gpu_name=found.name if gpu else None,
         gpus_visible=found.gpus,
+        quantized=cfg.model.quantization.load_in_4bit,
         notes=tuple(notes),
     )
 
