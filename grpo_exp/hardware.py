@@ -76,6 +76,7 @@ class Machine:
     capability: tuple[int, int] | None = None  # its compute capability
     native_bf16: bool = False  # bf16 in hardware (Ampere, compute capability 8.0, and later)
     memory_bytes: int | None = None
+    kept_first: bool = False  # this process sees the first of several GPUs alone (``machine(only_first=True)``)
 
 
 def machine(index: int = 0, only_first: bool = False) -> Machine:
@@ -91,9 +92,11 @@ def machine(index: int = 0, only_first: bool = False) -> Machine:
     gpus = torch.cuda.device_count() if found.cuda_build else 0
     if not gpus:
         return found
+    kept_first = False
     if only_first and gpus > 1:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         os.environ["CUDA_VISIBLE_DEVICES"] = visible.split(",")[0] if visible else "0"
+        kept_first = torch.cuda.device_count() == 1  # not once CUDA has started: it read the variable then
     props = torch.cuda.get_device_properties(index)
     return Machine(
         found.torch_version,
@@ -104,4 +107,5 @@ def machine(index: int = 0, only_first: bool = False) -> Machine:
         capability=(props.major, props.minor),
         native_bf16=(props.major, props.minor) >= BF16_MIN_CAPABILITY,
         memory_bytes=props.total_memory,
+        kept_first=kept_first,
     )

@@ -6,6 +6,8 @@ says what torch would report); what a real GPU does with it is benchmarks/gpu_ch
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -107,6 +109,9 @@ def test_a_plain_run_on_several_gpus_uses_one_and_says_how_to_use_all(settings):
     layout = decide(settings(QWEN), H100_X4)
     assert layout.processes == 1 and layout.local_rank == 0 and layout.gpus_visible == 4
     assert "--num_processes 4 run.py" in layout.notes[0]
+    too_late = dataclasses.replace(H100_X4, kept_first=False)  # CUDA had started: the four stay visible
+    with pytest.raises(UserError, match="4 GPUs are visible to a plain run, and CUDA started before"):
+        decide(settings(QWEN), too_late)
 
 
 def test_launched_ranks_each_take_their_own_gpu(settings, monkeypatch):
@@ -127,16 +132,20 @@ def test_machine_keeps_a_plain_run_to_the_first_gpu(monkeypatch):
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(torch.version, "cuda", "12.8")
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     seen = {}
 
+    def visible() -> int:  # NVML's count, which follows CUDA_VISIBLE_DEVICES until CUDA starts
+        listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return len(listed.split(",")) if listed else 4
+
     def properties(index):
-        seen["visible"] = __import__("os").environ.get("CUDA_VISIBLE_DEVICES")
+        seen["visible"] = os.environ.get("CUDA_VISIBLE_DEVICES")
         return SimpleNamespace(name="NVIDIA H100", major=9, minor=0, total_memory=80 * 1024**3)
 
+    monkeypatch.setattr(torch.cuda, "device_count", visible)
     monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
     found = hardware.machine(0, only_first=True)
-    assert (found.gpus, found.capability, found.native_bf16) == (4, (9, 0), True)
+    assert (found.gpus, found.capability, found.native_bf16, found.kept_first) == (4, (9, 0), True, True)
     assert seen["visible"] == "0", "the first GPU alone, before CUDA starts"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     hardware.machine(0, only_first=True)

@@ -113,6 +113,11 @@ def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
         raise UserError(f"device=cuda but {_why_no_gpu(found)}: use device=auto or device=cpu")
     if not gpu and found.driver and not found.cuda_build and cfg.device == "auto":
         notes.append(f"{_why_no_gpu(found)}: training on the CPU; for the GPU, make setup TORCH=torch")
+    if gpu and processes == 1 and found.gpus > 1 and not found.kept_first:
+        raise UserError(
+            f"{found.gpus} GPUs are visible to a plain run, and CUDA started before the job could keep one "
+            '(TRL refuses nn.DataParallel): set CUDA_VISIBLE_DEVICES=0, or launch with accelerate (README "Scaling up")'
+        )
     if gpu and processes == 1 and found.gpus > 1:
         notes.append(
             f"{found.gpus} GPUs visible: a plain run trains on the first; to use them all: "
