@@ -90,6 +90,7 @@ def test_the_table_shows_skipped_cases_and_a_missing_plan():
     )
 
 
+@pytest.mark.slow  # two run.py jobs (about 25 s): the benchmark's plumbing, not the project's behaviour
 def test_smoke_runs_precision_and_lora_through_run_py(tmp_path):
     shipped = ROOT / "benchmarks" / "gpu_check.md"
     before = shipped.read_bytes() if shipped.exists() else None

@@ -133,34 +133,6 @@ def test_a_launch_without_a_folder_is_refused_in_one_line():
     ]
 
 
-def decide(mode: str, folder: Path) -> list[dict]:
-    """Runs tests/fixtures/rank_decisions.py ``mode`` on two ranks; what each saw."""
-    script = str(ROOT / "tests" / "fixtures" / "rank_decisions.py")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [TORCHRUN, "--nproc_per_node", "2", script, mode, str(folder)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    seen = [json.loads((folder / f"rank-{r}.json").read_text()) for r in (0, 1)]
-    assert [s["world_size"] for s in seen] == [2, 2]
-    return seen
-
-
-def test_a_checkpoint_is_sealed_only_once_every_rank_has_written_its_part(tmp_path):
-    decide("seal", tmp_path)
-    checkpoint = tmp_path / "checkpoint-1"
-    recorded = json.loads((checkpoint / "grpo_exp_state.json").read_text())["files"]
-    assert recorded.get("rng_state_1.pth") == 1001, recorded
-    from grpo_exp.training.checkpoints import problem
-
-    assert problem(checkpoint) is None
-
-
 def sealed_checkpoint(folder: Path, step: int) -> None:
     from grpo_exp.training.checkpoints import seal
 
@@ -170,16 +142,50 @@ def sealed_checkpoint(folder: Path, step: int) -> None:
     seal(path, step, {})
 
 
-def test_where_to_resume_is_decided_once_and_shared(tmp_path):
-    sealed_checkpoint(tmp_path, 2)
-    (tmp_path / "checkpoint-4").mkdir()  # a checkpoint the job stopped while saving: never sealed
-    seen = decide("resume", tmp_path)
+@pytest.fixture(scope="module")
+def decisions(tmp_path_factory) -> dict[str, tuple[Path, list[dict]]]:
+    """tests/fixtures/rank_decisions.py's three cases on two ranks, in one launch: what each rank saw."""
+    folder = tmp_path_factory.mktemp("decisions")
+    modes = ("seal", "resume", "error")
+    for mode in modes:
+        (folder / mode).mkdir()
+    sealed_checkpoint(folder / "resume", 2)
+    (folder / "resume" / "checkpoint-4").mkdir()  # a checkpoint the job stopped while saving: never sealed
+    script = str(ROOT / "tests" / "fixtures" / "rank_decisions.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [TORCHRUN, "--nproc_per_node", "2", script, str(folder), *modes],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = {m: [json.loads((folder / m / f"rank-{r}.json").read_text()) for r in (0, 1)] for m in modes}
+    assert all([s["world_size"] for s in ranks] == [2, 2] for ranks in seen.values())
+    return {m: (folder / m, seen[m]) for m in modes}
+
+
+def test_a_checkpoint_is_sealed_only_once_every_rank_has_written_its_part(decisions):
+    folder, _ = decisions["seal"]
+    checkpoint = folder / "checkpoint-1"
+    recorded = json.loads((checkpoint / "grpo_exp_state.json").read_text())["files"]
+    assert recorded.get("rng_state_1.pth") == 1001, recorded
+    from grpo_exp.training.checkpoints import problem
+
+    assert problem(checkpoint) is None
+
+
+def test_where_to_resume_is_decided_once_and_shared(decisions):
+    folder, seen = decisions["resume"]
     assert [s["step"] for s in seen] == [2, 2]
-    assert sorted(p.name for p in tmp_path.iterdir() if "checkpoint" in p.name) == [
+    assert sorted(p.name for p in folder.iterdir() if "checkpoint" in p.name) == [
         "checkpoint-2",
         "damaged-checkpoint-4",
     ]
 
 
-def test_a_decision_that_fails_on_rank_0_fails_on_every_rank(tmp_path):
-    assert [s["raised"] for s in decide("error", tmp_path)] == ["rank 0 refused", "rank 0 refused"]
+def test_a_decision_that_fails_on_rank_0_fails_on_every_rank(decisions):
+    _, seen = decisions["error"]
+    assert [s["raised"] for s in seen] == ["rank 0 refused", "rank 0 refused"]
