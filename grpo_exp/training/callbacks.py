@@ -1,5 +1,6 @@
 """Every trainer callback of a job: recording each logged step, the GRPO progress bar, W&B after a
-resume, the final evaluation, clean stops, sealed checkpoints and the end of an adaptive stage."""
+resume, the final evaluation, clean stops (shared by every rank), sealed checkpoints, the end of an
+adaptive stage and the early end of a solved run."""
 
 from __future__ import annotations
 
