@@ -54,6 +54,11 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def local_world_size() -> int:
+    """Processes of this job on this machine (LOCAL_WORLD_SIZE under a launcher, 1 for a plain run)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
 def local_rank() -> int:
     """This process's index on its machine: the GPU it trains on under a launcher (0 for a plain run)."""
     return int(os.environ.get("LOCAL_RANK", "0"))

@@ -22,7 +22,6 @@ rates GRPO uses, most updates are smaller than half a bf16 step and round away.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from importlib import metadata
@@ -94,9 +93,7 @@ class Layout:
 
     def record(self) -> dict[str, object]:
         """The decision as run_info.json records it."""
-        return {k: v for k, v in asdict(self).items() if k not in ("rank", "local_rank", "notes")} | {
-            "precision": self.precision.value
-        }
+        return {k: v for k, v in asdict(self).items() if k not in ("rank", "local_rank", "notes")}
 
 
 def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
@@ -123,7 +120,7 @@ def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
             f"{found.gpus} GPUs visible: a plain run trains on the first; to use them all: "
             f"accelerate launch --config_file accelerate/ddp.yaml --num_processes {found.gpus} run.py …"
         )
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    local = hardware.local_world_size()
     if gpu and local > found.gpus:
         raise UserError(
             f"{local} processes on this machine but {found.gpus} GPU(s) visible: launch one process per GPU "

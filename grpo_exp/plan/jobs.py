@@ -8,12 +8,12 @@ machine's hardware rules out, and its data and rewards are not built: they take 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_exp import hardware
 from grpo_exp.config.schema import CONF_DIR, PRIMARY_CONFIG, ExperimentConfig
 from grpo_exp.errors import UserError
 
@@ -35,7 +35,7 @@ def launch(launcher: str | None, processes: int | None) -> Launch:
     """``--launcher`` (an accelerate config in accelerate/, by name or path) and ``--processes``;
     without them, WORLD_SIZE (a plan started inside a launch) or one process."""
     if launcher is None:
-        count = processes or int(os.environ.get("WORLD_SIZE", "1"))
+        count = processes or hardware.world_size()
         return Launch(count, "ddp" if count > 1 else "none")
     config = _accelerate_config(launcher)
     count = processes or int(config.get("num_processes", 1))

@@ -79,12 +79,6 @@ def held(job_dir: Path) -> Held:
     return Held(last_row, trained, evaluated, frozenset(summary))
 
 
-def progress(job_dir: Path) -> tuple[int | None, int]:
-    """Over the job's offline W&B runs: the highest W&B step, and the last training step logged."""
-    found = held(job_dir)
-    return found.last_row, found.trained
-
-
 def history_step(history: Any) -> int:
     """A history row's step: an ``_step`` item when W&B counted it, the record's own when given to ``log``."""
     explicit = [int(item.value_json) for item in history.item if item_key(item) == "_step"]

@@ -290,13 +290,14 @@ def continue_history(
     return max(held.trained, resumed_from or 0, *(row["step"] for row in sent))
 
 
+def scalar(value: Any) -> bool:
+    """A single value, as W&B's summary and config take it (not a list or a mapping)."""
+    return isinstance(value, str | int | float) or value is None
+
+
 def summary_record(summary: dict[str, Any]) -> dict[str, Any]:
     """summary.json's figures for the W&B summary: ``summary/<key>``, single values only."""
-    return {
-        f"{SUMMARY_PREFIX}{key}": value
-        for key, value in summary.items()
-        if isinstance(value, str | int | float) or value is None
-    }
+    return {f"{SUMMARY_PREFIX}{key}": value for key, value in summary.items() if scalar(value)}
 
 
 def view_hint(run: Any, mode: str, output_dir: Path) -> str:

@@ -40,6 +40,7 @@ from grpo_exp.tracking.wandb_run import (
     lost,
     resolve_mode,
     safely,
+    scalar,
     summary_record,
     view_hint,
     wandb_run,
@@ -75,8 +76,8 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
     if primary:
         folder.write_config(OmegaConf.to_yaml(resolved))
         folder.write_run_info(info)  # before the model loads: a job killed then still has its record
-    plan = _memory_plan(spec)
-    if primary and plan is not None:
+    plan = _memory_plan(spec) if primary else None  # the other ranks neither write it nor log to W&B
+    if plan is not None:
         folder.write_plan(plan)
     logger = settings.logger if primary else dataclasses.replace(settings.logger, backend="none")
     mode = resolve_mode(logger)
@@ -208,7 +209,7 @@ def _summary(
         "objective": objective,  # what the job returned to the sweeper: a held-out one falls back without eval
         "objective_value": value,
         "alerts": [{"kind": a.kind, "step": a.step, "message": a.message} for a in monitor.alerts],
-        "overrides": {k: v if _scalar(v) else str(v) for k, v in identity.overrides.items()},
+        "overrides": {k: v if scalar(v) else str(v) for k, v in identity.overrides.items()},
     }
     if write:
         try:
@@ -239,7 +240,3 @@ def _memory_plan(spec: JobSpec) -> dict[str, Any] | None:
     except Exception as exc:
         log.warning("no memory plan: %s", describe_failure(exc))
         return None
-
-
-def _scalar(value: Any) -> bool:
-    return isinstance(value, str | int | float) or value is None

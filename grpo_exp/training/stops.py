@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from grpo_exp import hardware
+
 log = logging.getLogger("grpo_exp")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -96,7 +98,7 @@ class StopRequest:
 
 
 def _primary() -> bool:
-    return os.environ.get("RANK", "0") == "0"
+    return hardware.rank() == 0
 
 
 class JobStopped(Exception):
