@@ -9,6 +9,8 @@ from __future__ import annotations
 import errno
 from collections.abc import Iterator
 
+# The exit code of every command that refuses its input with a one-line error (run.py, plan, repair, dashboard).
+EXIT_USER_ERROR = 2
 # What a write to a full disk (or a full quota) raises.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 

@@ -7,10 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from grpo_exp.errors import UserError
+from grpo_exp.errors import EXIT_USER_ERROR, UserError
 from grpo_exp.folder import OFFLINE_RUNS, JobFolder
-
-EXIT_USER_ERROR = 2
 
 
 def main(argv: list[str] | None = None) -> int:

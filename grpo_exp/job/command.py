@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 
 from grpo_exp import hardware
 from grpo_exp.config.schema import CONF_DIR, register_schema
-from grpo_exp.errors import UserError, describe_failure, failed_write, no_space
+from grpo_exp.errors import EXIT_USER_ERROR, UserError, describe_failure, failed_write, no_space
 from grpo_exp.folder import FolderInUse, JobFolder
 from grpo_exp.job import resume as resume_rules
 from grpo_exp.job.resume import override_key
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("grpo_exp")
 
-EXIT_USER_ERROR = 2
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 EXIT_NO_SPACE = 28  # errno's number for "no space left on device"

@@ -17,9 +17,8 @@ import re
 import sys
 from typing import Any
 
-from grpo_exp.errors import UserError
+from grpo_exp.errors import EXIT_USER_ERROR, UserError
 
-EXIT_USER_ERROR = 2
 # Size units for --gpu-memory; a bare G/M/K is binary, as nvidia-smi and torch report memory.
 UNITS = {
     "": 1,
