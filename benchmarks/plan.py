@@ -3,7 +3,7 @@
 Each row is a real job (``run.py``, the same code path as any run) in a subprocess of its own:
 the embedded tiny model, and randomly initialised models of Qwen2.5-0.5B's shape (all 24 layers,
 or 4 of them), fully fine-tuned or with LoRA, with and without gradient checkpointing. The job
-writes its own ``plan.json`` at its start (``grpo_exp.plan.memory.memory_plan`` on its spec); the
+writes its own ``plan.json`` at its start (``grpo_exp.memory.estimate.memory_plan`` on its spec); the
 prediction is that file's ``peak_bytes``.
 
 The measurement: the child process imports torch, transformers, TRL, peft and datasets, reads its
@@ -108,8 +108,8 @@ def random_model(layers: int) -> Path:
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     from grpo_exp.config.schema import TinyRecipe
+    from grpo_exp.memory.architectures import ARCHITECTURES_DIR
     from grpo_exp.models.tiny import ensure_built
-    from grpo_exp.plan.architectures import ARCHITECTURES_DIR
     from grpo_exp.shipped import shipped_file
 
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_built(TinyRecipe())))
@@ -206,7 +206,7 @@ def calibrate() -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from grpo_exp.plan import memory
+    from grpo_exp.memory import estimate as memory
 
     def saved_bytes(shape: tuple[int, int, int, int], layers: int, length: int, autocast: bool) -> int:
         hidden, inner, heads, kv_heads = shape

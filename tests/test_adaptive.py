@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from grpo_exp.config import checks
-from grpo_exp.config.spec import build_spec
 from grpo_exp.errors import UserError
 from grpo_exp.folder import PROFILES_FILE
+from grpo_exp.spec import build_spec
 from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics
 from grpo_exp.training.group_choice import choose, mixed_share
 from tests.conftest import ROOT

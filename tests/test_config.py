@@ -8,9 +8,9 @@ import pytest
 
 from grpo_exp import hardware
 from grpo_exp.config.schema import ExperimentConfig
-from grpo_exp.config.spec import build_spec
 from grpo_exp.errors import UserError
 from grpo_exp.job.command import CONF_DIR
+from grpo_exp.spec import build_spec
 from tests.conftest import FIXTURES, ROOT
 
 # Options that need one more value to be complete, as a user would give it.

@@ -87,7 +87,7 @@ def test_a_bad_eval_file_fails_before_the_model_loads(tmp_path):
 
 
 def test_the_fraction_must_leave_prompts_to_train_on(settings):
-    from grpo_exp.config.spec import build_spec
+    from grpo_exp.spec import build_spec
 
     with pytest.raises(UserError, match=r"dataset.eval_fraction=1.0 is out of range: it must lie in \[0, 1\)"):
         build_spec(settings("dataset.eval_fraction=1.0"))

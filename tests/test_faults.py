@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from grpo_exp.config.spec import build_spec
 from grpo_exp.errors import UserError
 from grpo_exp.folder import FolderInUse, JobFolder
+from grpo_exp.spec import build_spec
 from grpo_exp.tracking.metrics import read_metrics
 from tests.test_cli import run_py
 from tests.test_long_runs import WAIT_S, start

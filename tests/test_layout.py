@@ -46,25 +46,57 @@ def test_long_modules_say_why():
             assert "long" in docstring.lower(), f"{path.name}: {text.count(chr(10))} lines and no reason given"
 
 
-# Each layer and the layers it may import from (besides itself and the base modules).
+# Each layer and the layers it may import from (besides itself and the base modules), bottom up.
 BASE = {"errors", "registry", "cache", "hardware", "shipped", "folder"}
 DOMAIN = {"rewards", "sandbox", "models", "data"}
 MAY_IMPORT = {
-    "config": DOMAIN,  # the spec resolves the model source, checks the data, builds the rewards
-    "rewards": {"config", "sandbox"},
+    "config": set(),
     "sandbox": set(),
+    "rewards": {"config", "sandbox"},
     "models": {"config"},
     "data": {"config"},
+    "spec": {"config", *DOMAIN},  # the job spec combines the config with the model, the data and the rewards
+    "memory": {"config", "spec", *DOMAIN},  # plans a spec's memory; reads the tiny model's recipe
     "tracking": {"config", "rewards"},  # the monitor reads the solved shares the rewards log (rewards/solved.py)
-    "training": {"config", "tracking", "plan", *DOMAIN},  # a job writes its memory plan when it starts
-    "job": {"config", "tracking", "training", "report", "dashboard", *DOMAIN},  # a sweep's end runs the report
+    "training": {"config", "spec", "memory", "tracking", *DOMAIN},  # a job writes its memory plan when it starts
     "report": {"config", "tracking"},
     "dashboard": {"config", "tracking"},
+    "job": {"config", "spec", "tracking", "training", "report", "dashboard", *DOMAIN},  # a sweep's end runs the report
     # python -m grpo_exp.plan composes jobs as run.py does (job.preflight); its probe samples as training does
-    "plan": {"config", "job", "tracking", "training", *DOMAIN},
+    "plan": {"config", "spec", "memory", "job", "tracking", "training", *DOMAIN},
 }
 # Entry points above every layer.
 TOOLS = {"schema_gen": {"config"}}
+
+
+def package_imports() -> dict[str, set[str]]:
+    """Which other layers each layer's modules import, read from the code."""
+    found: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        own = layer(module_name(path))
+        targets = {layer(t) for t in imports(path) if t.startswith("grpo_exp.")}
+        found.setdefault(own, set()).update(targets - {own, "grpo_exp"})
+    return found
+
+
+def mutual_pairs(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((a, b) for a, deps in graph.items() for b in deps if a < b and a in graph.get(b, set()))
+
+
+def test_the_layer_map_points_one_way():
+    try:
+        TopologicalSorter(MAY_IMPORT).prepare()
+    except CycleError as exc:
+        raise AssertionError(f"the layer map has a cycle: {' -> '.join(exc.args[1])}") from None
+
+
+def test_no_two_packages_import_each_other():
+    pairs = mutual_pairs(package_imports())
+    assert not pairs, "packages importing each other: " + "; ".join(f"{a} <-> {b}" for a, b in pairs)
+
+
+def test_a_pair_importing_each_other_is_caught():
+    assert mutual_pairs({"config": {"models"}, "models": {"config"}, "data": {"config"}}) == [("config", "models")]
 
 
 def layer(module: str) -> str:

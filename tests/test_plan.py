@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from grpo_exp.config.schema import TinyRecipe
-from grpo_exp.plan import architectures
+from grpo_exp.memory import architectures
+from grpo_exp.memory.architectures import from_config, lora_parameters, meta_parameters, shipped_configs
+from grpo_exp.memory.estimate import GIB, plan_architecture
+from grpo_exp.memory.target import Target
 from grpo_exp.plan.__main__ import main, parse_size
-from grpo_exp.plan.architectures import from_config, lora_parameters, meta_parameters, shipped_configs
-from grpo_exp.plan.memory import GIB, plan_architecture
-from grpo_exp.plan.target import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_QWEN = {
@@ -226,7 +226,7 @@ def test_the_job_writes_its_plan_and_a_failure_is_a_warning(tmp_path, monkeypatc
     from grpo_exp.config.schema import CONF_DIR, register_schema
     from grpo_exp.folder import PLAN_FILE, JobFolder
     from grpo_exp.job.preflight import job_spec
-    from grpo_exp.plan import memory
+    from grpo_exp.memory import estimate as memory
     from grpo_exp.training import lifecycle
 
     register_schema()

@@ -180,7 +180,7 @@ def test_our_vllm_range_is_trls():
 
 
 def test_the_trainer_gets_the_decision(settings, tmp_path, monkeypatch):
-    from grpo_exp.config.spec import build_spec
+    from grpo_exp.spec import build_spec
     from grpo_exp.training.trainer import grpo_config
 
     monkeypatch.setattr(hardware, "machine", lambda *a, **k: T4)
@@ -208,8 +208,8 @@ def test_the_distributed_state_exists_before_the_weights_load(settings, tmp_path
     FSDP's rank-0 loading) existed, so their loading options did nothing."""
     from accelerate import PartialState
     from grpo_exp import models
-    from grpo_exp.config.spec import build_spec
     from grpo_exp.folder import JobFolder
+    from grpo_exp.spec import build_spec
     from grpo_exp.tracking.monitor import HealthMonitor
     from grpo_exp.training import trainer
     from grpo_exp.training.schedule import OneStage

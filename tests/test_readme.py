@@ -122,7 +122,7 @@ def recorded_run(job: Path) -> None:
 
     from grpo_exp.config.loading import to_settings
     from grpo_exp.config.schema import CONF_DIR, register_schema
-    from grpo_exp.config.spec import build_spec
+    from grpo_exp.spec import build_spec
 
     register_schema()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -43,7 +43,7 @@ def test_hand_kept_choices_are_the_ones_trl_documents(name):
 def test_trl_accepts_our_grpo_defaults(settings, tmp_path: Path):
     """The whole grpo group, as composed by default, builds a GRPOConfig (no field TRL refuses)."""
     from grpo_exp.config.layout import Layout, Precision
-    from grpo_exp.config.spec import build_spec
+    from grpo_exp.spec import build_spec
     from grpo_exp.training.trainer import grpo_config
 
     cpu = Layout("cpu", Precision.fp32, "float32", "float32", processes=1, rank=0)
@@ -62,8 +62,8 @@ def test_trl_accepts_our_grpo_defaults(settings, tmp_path: Path):
 
 def test_options_that_were_never_mapped_reach_the_trainer(settings, tmp_path: Path):
     """Built by build_trainer on the tiny model as a job does, then read back from the trainer."""
-    from grpo_exp.config.spec import build_spec
     from grpo_exp.folder import JobFolder
+    from grpo_exp.spec import build_spec
     from grpo_exp.tracking.monitor import HealthMonitor
     from grpo_exp.training.schedule import Stage
     from grpo_exp.training.stops import StopRequest

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from grpo_exp import hardware
-from grpo_exp.config.spec import build_spec
 from grpo_exp.errors import UserError
+from grpo_exp.spec import build_spec
 from tests.machines import A100, CPU_ONLY
 
 

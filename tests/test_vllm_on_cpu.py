@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from grpo_exp.config.layout import Layout, Precision
-from grpo_exp.config.spec import build_spec
+from grpo_exp.spec import build_spec
 from grpo_exp.training.trainer import grpo_config
 from tests.machines import CPU_ONLY
 

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from grpo_exp.config.schema import TinyRecipe
-from grpo_exp.config.spec import build_spec
 from grpo_exp.errors import UserError
 from grpo_exp.models.warmup import FRAGMENTS, PASSAGES, build_corpus, sentences
 from grpo_exp.shipped import read_records, shipped_file
+from grpo_exp.spec import build_spec
 
 ONLY_SERVICE = {"customer_service": 1.0}
 NEITHER = {"answer_share": 0.0, "cover_share": 0.0, "topic_share": 0.0, "writing_share": 0.0}

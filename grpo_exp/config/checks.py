@@ -3,7 +3,7 @@ rules that tie keys together. Each failure is a one-line ``UserError`` naming th
 
 Choice fields need no check here: they are enums in the schema. What needs the rest of the project
 (the model source, the data's columns, the reward functions) is checked where the job spec is
-built (``config.spec``).
+built (``grpo_exp.spec``).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from grpo_exp.training import stops
 from grpo_exp.training.stops import JobStopped
 
 if TYPE_CHECKING:
-    from grpo_exp.config.spec import JobSpec  # its import builds on the rewards and data: not for --help
+    from grpo_exp.spec import JobSpec  # its import builds on the rewards and data: not for --help
 
 log = logging.getLogger("grpo_exp")
 

@@ -21,8 +21,8 @@ from grpo_exp import hardware
 from grpo_exp.config.errors import describe_config_error
 from grpo_exp.config.loading import to_settings
 from grpo_exp.config.schema import register_schema
-from grpo_exp.config.spec import JobSpec, build_spec
 from grpo_exp.errors import UserError
+from grpo_exp.spec import JobSpec, build_spec
 
 # Beyond this many combinations only the first are checked, so checking stays well under a minute.
 MAX_CHECKED_JOBS = 64

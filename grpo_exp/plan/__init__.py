@@ -1,6 +1,5 @@
-"""Memory planning: what a GRPO job needs per device before any weights load (python -m grpo_exp.plan).
+"""``python -m grpo_exp.plan``: plan a job's memory (``grpo_exp.memory``) and probe its rewards.
 
-``memory.memory_plan(spec)`` is the arithmetic (also written into each job's ``plan.json``);
-``architectures`` reads a model's shape from its config; ``remedies`` re-plans the article's
-out-of-memory fixes; ``__main__`` is the command line.
+``jobs`` composes the jobs as run.py does; ``probe`` samples the model as training does, so this
+package sits above the job and training layers.
 """

@@ -74,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace, overrides: list[str]) -> str:
+    from grpo_exp.memory.estimate import memory_plan_of_settings
+    from grpo_exp.memory.table import format_plan
+    from grpo_exp.memory.target import job_target
     from grpo_exp.plan import jobs
-    from grpo_exp.plan.memory import memory_plan_of_settings
-    from grpo_exp.plan.table import format_plan
-    from grpo_exp.plan.target import job_target
 
     gpu_memory = parse_size(args.gpu_memory) if args.gpu_memory is not None else None
     if args.processes is not None and args.processes < 1:

@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from grpo_exp.config.schema import MonitorSettings
-from grpo_exp.config.spec import JobSpec
 from grpo_exp.errors import UserError
 from grpo_exp.rewards.compose import group_std
 from grpo_exp.rewards.solved import FLOAT_NOISE, at_ceiling
+from grpo_exp.spec import JobSpec
 from grpo_exp.tracking.monitor import CEILING_REMEDY, FLAT_REMEDY, TRUNCATED_REMEDY
 
 LEARNABLE, FLAT, CEILING, TRUNCATED = "learnable", "flat", "ceiling", "truncated"

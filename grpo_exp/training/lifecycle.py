@@ -19,9 +19,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from grpo_exp.config.schema import ExperimentConfig
-from grpo_exp.config.spec import JobSpec
 from grpo_exp.errors import describe_failure
 from grpo_exp.folder import JobFolder
+from grpo_exp.spec import JobSpec
 from grpo_exp.tracking import provenance
 from grpo_exp.tracking.metrics import (
     eval_rows,
@@ -234,7 +234,7 @@ def _run_info(point: ResumePoint | None, record: dict[str, Any], spec: JobSpec) 
 def _memory_plan(spec: JobSpec) -> dict[str, Any] | None:
     """The job's memory plan for plan.json and the W&B config; a failure is a warning, never the job's end."""
     try:
-        from grpo_exp.plan.memory import memory_plan
+        from grpo_exp.memory.estimate import memory_plan
 
         return memory_plan(spec, remedies=False).to_dict()
     except Exception as exc:

@@ -25,8 +25,8 @@ from grpo_exp import data, models
 from grpo_exp.config import checks
 from grpo_exp.config.layout import Layout
 from grpo_exp.config.schema import ExperimentConfig, ModelSettings
-from grpo_exp.config.spec import JobSpec
 from grpo_exp.folder import JobFolder
+from grpo_exp.spec import JobSpec
 from grpo_exp.tracking.metrics import metrics_row
 from grpo_exp.tracking.wandb_run import safely
 from grpo_exp.training import checkpoints

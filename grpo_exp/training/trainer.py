@@ -28,10 +28,10 @@ from grpo_exp import data, models
 from grpo_exp.config import batch
 from grpo_exp.config.layout import Layout
 from grpo_exp.config.schema import ExperimentConfig
-from grpo_exp.config.spec import JobSpec
 from grpo_exp.config.trl_map import optimizer_fields
 from grpo_exp.config.trl_schema import TrlGrpoFields
 from grpo_exp.folder import JobFolder
+from grpo_exp.spec import JobSpec
 from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.training.callbacks import (
     CheckpointSeal,

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_exp.config import batch
 from grpo_exp.config.schema import ExperimentConfig
-from grpo_exp.plan.architectures import Architecture, adapted, architecture, lora_parameters
-from grpo_exp.plan.remedies import Remedy, find_remedies
-from grpo_exp.plan.target import BYTES, DEEPSPEED, FP32, HALF, SIXTEEN_BIT, Target, job_target
+from grpo_exp.memory.architectures import Architecture, adapted, architecture, lora_parameters
+from grpo_exp.memory.remedies import Remedy, find_remedies
+from grpo_exp.memory.target import BYTES, DEEPSPEED, FP32, HALF, SIXTEEN_BIT, Target, job_target
 
 if TYPE_CHECKING:
-    from grpo_exp.config.spec import JobSpec
+    from grpo_exp.spec import JobSpec
 
 GIB = 1 << 30
 MIB = 1 << 20

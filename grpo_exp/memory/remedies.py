@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from grpo_exp.config.batch import MIN_ADVISED_GROUP
 from grpo_exp.config.schema import ExperimentConfig
 from grpo_exp.errors import UserError
-from grpo_exp.plan.target import Target, weight_dtype_policy
+from grpo_exp.memory.target import Target, weight_dtype_policy
 
 # accelerate/zero3.yaml's process count: where a ZeRO-3 remedy shards when the job has one process.
 ZERO3_PROCESSES = 8

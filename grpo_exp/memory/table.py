@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grpo_exp.plan.memory import GIB, MIB, MemoryPlan
+from grpo_exp.memory.estimate import GIB, MIB, MemoryPlan
 
 NAME_WIDTH = 32
 COLUMN_WIDTH = 15
