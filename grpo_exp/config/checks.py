@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from grpo_exp.config import batch
-from grpo_exp.config.schema import ExperimentConfig, HoldFixed, TinyRecipe
+from grpo_exp.config.schema import ExperimentConfig, HoldFixed, MasterWeights, TinyRecipe
 from grpo_exp.errors import UserError
 
 
@@ -156,6 +156,11 @@ def check_model(cfg: ExperimentConfig) -> None:
     """The model keys that must go together (after the hardware's say: 4-bit on a CPU is the first problem)."""
     if cfg.model.quantization.load_in_4bit and not cfg.model.lora.enabled:
         raise UserError("4-bit weights can't be trained directly: add model.lora.enabled=true (QLoRA)")
+    if cfg.model.master_weights is MasterWeights.bfloat16 and cfg.model.lora.enabled:
+        raise UserError(
+            "model.master_weights=bfloat16 is for full fine-tuning (a LoRA adapter is small and trains in float32): "
+            "remove it, or set model.lora.enabled=false"
+        )
     recipe = cfg.model.recipe
     if recipe is not None and recipe.answer_share + recipe.cover_share > 1:
         raise UserError(

@@ -16,8 +16,10 @@ and fp32 below that and on the CPU (where ``grpo.bf16=true`` asks for bf16):
 | QLoRA, GPU | the adapter, float32 | 4-bit, computing in the autocast dtype |
 | any, CPU | float32 | float32 |
 
-Pure 16-bit training (weights, gradients and Adam states all bf16) is never chosen: at the learning
-rates GRPO uses, most updates are smaller than half a bf16 step and round away.
+Pure 16-bit training (weights, gradients and Adam states all bf16) is never chosen for you: at the
+learning rates GRPO uses, most updates are smaller than half a bf16 step and round away. A user who
+takes that trade for memory (most published 7B full fine-tunes do) asks for it with
+``model.master_weights=bfloat16``: the weights load and train in bf16, and the job warns once.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from enum import StrEnum
 from importlib import metadata
 
 from grpo_exp import hardware
-from grpo_exp.config.schema import ExperimentConfig
+from grpo_exp.config.schema import ExperimentConfig, MasterWeights
 from grpo_exp.errors import UserError
 from grpo_exp.hardware import Machine
 
@@ -132,7 +134,7 @@ def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
     return Layout(
         device="cuda" if gpu else "cpu",
         precision=precision,
-        weight_dtype="float32" if trains_every_weight else frozen,
+        weight_dtype=_master_dtype(cfg, found, gpu, notes) if trains_every_weight else frozen,
         reference_dtype=frozen,
         processes=processes,
         rank=rank,
@@ -187,6 +189,22 @@ def _frozen_dtype(cfg: ExperimentConfig, precision: Precision, gpu: bool, notes:
         notes.append("model.dtype=bfloat16 on a GPU without native bf16: loading float16")
         return "float16"
     return wanted
+
+
+def _master_dtype(cfg: ExperimentConfig, found: Machine, gpu: bool, notes: list[str]) -> str:
+    """The dtype full fine-tuning trains its weights (and so its Adam states) in: ``model.master_weights``."""
+    if cfg.model.master_weights is MasterWeights.float32:
+        return "float32"
+    if gpu and not found.native_bf16:
+        raise UserError(
+            f"model.master_weights=bfloat16 but {found.name} (compute capability {_cc(found)}) emulates bf16: "
+            "remove it (float32 master weights), or train LoRA (model.lora.enabled=true)"
+        )
+    notes.append(
+        "model.master_weights=bfloat16: weights and Adam states in bf16 use half the memory, but updates "
+        "smaller than half a bf16 step round away (benchmarks/gpu_check.py's precision case measures the share)"
+    )
+    return "bfloat16"
 
 
 def _cc(found: Machine) -> str:

@@ -80,11 +80,19 @@ class TinyRecipe:
     seed: int = 0
 
 
+class MasterWeights(StrEnum):
+    """The dtype full fine-tuning keeps its trained weights and Adam states in (grpo_exp/config/layout.py)."""
+
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
 @dataclass
 class ModelSettings:
     source: str = "pretrained"
     name_or_path: str = MISSING
     dtype: str = "auto"
+    master_weights: MasterWeights = MasterWeights.float32
     trust_remote_code: bool = False
     attn_implementation: str | None = None
     lora: LoraSettings = field(default_factory=LoraSettings)
