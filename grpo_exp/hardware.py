@@ -7,16 +7,23 @@ job's device and precision are decided once, in ``config.layout.decide``, from `
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
+
+from grpo_exp.errors import UserError
 
 _NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 CPU_BUILD_SUFFIX = "+cpu"  # how a CPU-only torch wheel spells its version
 BF16_MIN_CAPABILITY = (8, 0)  # NVIDIA GPUs compute bf16 in hardware from Ampere on; older ones emulate it
+ROCM_BF16_MIN_CAPABILITY = (9, 0)  # AMD's from the gfx9 data-centre parts (MI100, MI200, MI300) on
+_AMD_DRIVER = Path("/dev/kfd")  # the ROCm kernel driver's device
 
 
 def cuda_available() -> bool:
@@ -28,8 +35,7 @@ def cuda_available() -> bool:
         return bool(sys.modules["torch"].cuda.is_available())
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1") or _cpu_only_torch():
         return False
-    has_driver = _NVIDIA_GPUS.is_dir() and any(_NVIDIA_GPUS.iterdir())
-    return has_driver or shutil.which("nvidia-smi") is not None
+    return driver_present()
 
 
 def _cpu_only_torch() -> bool:
@@ -65,8 +71,9 @@ def local_rank() -> int:
 
 
 def driver_present() -> bool:
-    """Whether an NVIDIA driver is installed, whatever torch can do with it."""
-    return (_NVIDIA_GPUS.is_dir() and any(_NVIDIA_GPUS.iterdir())) or shutil.which("nvidia-smi") is not None
+    """Whether a GPU driver (NVIDIA's, or AMD's ROCm) is installed, whatever torch can do with it."""
+    nvidia = (_NVIDIA_GPUS.is_dir() and any(_NVIDIA_GPUS.iterdir())) or shutil.which("nvidia-smi") is not None
+    return nvidia or _AMD_DRIVER.exists()
 
 
 @dataclass(frozen=True)
@@ -74,43 +81,111 @@ class Machine:
     """What torch reports about the GPUs this process can use (simulated in tests)."""
 
     torch_version: str
-    cuda_build: bool  # torch was built with CUDA (a ``+cpu`` wheel was not)
-    driver: bool  # an NVIDIA driver is installed
-    gpus: int = 0  # CUDA devices visible to this process
+    cuda_build: bool  # torch was built for a GPU, with CUDA or ROCm (a ``+cpu`` wheel was not)
+    driver: bool  # a GPU driver (NVIDIA's or AMD's) is installed
+    gpus: int = 0  # GPUs visible to this process
     name: str | None = None  # the training GPU's name
-    capability: tuple[int, int] | None = None  # its compute capability
-    native_bf16: bool = False  # bf16 in hardware (Ampere, compute capability 8.0, and later)
+    capability: tuple[int, int] | None = None  # its compute capability (ROCm: the gfx major and minor)
+    native_bf16: bool = False  # bf16 in hardware (NVIDIA from Ampere, 8.0; AMD from MI100, gfx9)
     memory_bytes: int | None = None
-    kept_first: bool = False  # this process sees the first of several GPUs alone (``machine(only_first=True)``)
+    rocm: bool = False  # an AMD GPU through ROCm (torch.version.hip), which torch drives as "cuda"
 
 
-def machine(index: int = 0, only_first: bool = False) -> Machine:
-    """torch's own answer, for the GPU ``index`` this process would train on.
+GPU_ENV = "GRPO_EXP_GPU"  # the GPU a sweep's launcher gives one job (an index among the visible ones)
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"  # ROCm's torch reads it too (and HIP_VISIBLE_DEVICES)
+# Run in a child process: CUDA starts (and holds its context and memory) there, not here.
+_PROPERTIES = (
+    "import json, sys, torch; p = torch.cuda.get_device_properties(int(sys.argv[1])); "
+    "print(json.dumps([p.name, p.major, p.minor, p.total_memory]))"
+)
+PROPERTIES_TIMEOUT_S = 300  # starting CUDA takes seconds; a hung driver should not hang the command
 
-    ``only_first``: a plain run on a machine with several GPUs is given the first one alone
-    (``CUDA_VISIBLE_DEVICES``), set before CUDA starts; ``Machine.gpus`` still counts them all, so the
-    job can say how to use them. Counting uses NVML and starts no CUDA context.
+
+def assigned_gpu() -> int:
+    """The GPU a plain job trains on, among those visible: the one its launcher gave it, else the first."""
+    value = os.environ.get(GPU_ENV, "0")
+    if not value.isdigit():
+        raise UserError(f"{GPU_ENV}={value!r}: it must be a GPU's index among the visible ones (0, 1, …)")
+    return int(value)
+
+
+def gpu_count() -> int:
+    """GPUs this process could use, counted without starting CUDA (NVML or AMD SMI); 0 for a CPU-only torch."""
+    if _cpu_only_torch() or not installed("torch"):
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if _gpu_build(torch) else 0
+
+
+def machine(index: int = 0) -> Machine:
+    """torch's own answer, for the GPU ``index`` (among the visible ones) this process would train on.
+
+    CUDA is not started here: the count comes from NVML (AMD SMI on ROCm), and the GPU's name,
+    compute capability and memory from a short child process, unless CUDA runs in this process
+    already. So a sweep's parent, which decides every job's layout before any runs, holds no GPU
+    memory and hands its workers an unchanged ``CUDA_VISIBLE_DEVICES``.
     """
     import torch
 
-    found = Machine(torch.__version__, torch.version.cuda is not None, driver_present())
+    found = Machine(torch.__version__, _gpu_build(torch), driver_present(), rocm=torch.version.hip is not None)
     gpus = torch.cuda.device_count() if found.cuda_build else 0
     if not gpus:
         return found
-    kept_first = False
-    if only_first and gpus > 1:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        os.environ["CUDA_VISIBLE_DEVICES"] = visible.split(",")[0] if visible else "0"
-        kept_first = torch.cuda.device_count() == 1  # not once CUDA has started: it read the variable then
-    props = torch.cuda.get_device_properties(index)
+    if index >= gpus:
+        raise UserError(f"GPU {index} was asked for, but {gpus} are visible: use an index below {gpus}")
+    name, major, minor, memory = _device_properties(index)
     return Machine(
         found.torch_version,
         True,
         found.driver,
         gpus=gpus,
-        name=props.name,
-        capability=(props.major, props.minor),
-        native_bf16=(props.major, props.minor) >= BF16_MIN_CAPABILITY,
-        memory_bytes=props.total_memory,
-        kept_first=kept_first,
+        name=name,
+        capability=(major, minor),
+        native_bf16=(major, minor) >= (ROCM_BF16_MIN_CAPABILITY if found.rocm else BF16_MIN_CAPABILITY),
+        memory_bytes=memory,
+        rocm=found.rocm,
     )
+
+
+def keep_gpu(index: int) -> None:
+    """Leave this process the visible GPU ``index`` alone, before CUDA starts (TRL refuses
+    ``nn.DataParallel``, which a process seeing several GPUs would get)."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        if torch.cuda.device_count() > 1:
+            raise UserError(
+                f"{torch.cuda.device_count()} GPUs are visible to a plain run, and CUDA started before the job "
+                f"could keep one (TRL refuses nn.DataParallel): set {VISIBLE_ENV}={index}, or launch with "
+                'accelerate (README "Scaling up")'
+            )
+        return
+    listed = os.environ.get(VISIBLE_ENV)
+    entries = [e.strip() for e in listed.split(",")] if listed else [str(i) for i in range(index + 1)]
+    os.environ[VISIBLE_ENV] = entries[index]
+
+
+def _gpu_build(torch: Any) -> bool:
+    return torch.version.cuda is not None or torch.version.hip is not None
+
+
+def _device_properties(index: int) -> tuple[str, int, int, int]:
+    """Name, compute capability and memory of GPU ``index``, read without starting CUDA here."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        p = torch.cuda.get_device_properties(index)
+        return p.name, p.major, p.minor, p.total_memory
+    child = subprocess.run(
+        [sys.executable, "-c", _PROPERTIES, str(index)],
+        capture_output=True,
+        text=True,
+        timeout=PROPERTIES_TIMEOUT_S,
+        check=False,
+    )
+    if child.returncode != 0:
+        said = (child.stderr.strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"CUDA could not start on GPU {index} ({said}): check the driver, or use device=cpu")
+    name, major, minor, memory = json.loads(child.stdout.strip().splitlines()[-1])
+    return name, int(major), int(minor), int(memory)

@@ -97,7 +97,7 @@ BAD_INPUTS = [
     ("grpo.max_steps=[1", "cannot parse override"),
     # last: these import torch (ASKS_THE_MACHINE), and the probe runs every command in one process
     ("-m grpo.num_generations=4,1", "grpo.num_generations=1"),
-    ("device=cuda", "device=cuda but no CUDA GPU is visible"),
+    ("device=cuda", "device=cuda but no GPU is visible"),
 ]
 
 # The machine is asked (torch, config/layout.py) only once a job's config is sound: for these, the

@@ -6,7 +6,6 @@ says what torch would report); what a real GPU does with it is benchmarks/gpu_ch
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from types import SimpleNamespace
 
@@ -15,7 +14,7 @@ import pytest
 from grpo_exp import hardware
 from grpo_exp.config.layout import Precision, check_hardware, decide
 from grpo_exp.errors import UserError
-from tests.machines import A100, CPU_BUILD_WITH_DRIVER, CPU_ONLY, CUDA_BUILD_NO_GPU, H100_X4, P100, T4, V100_X2
+from tests.machines import A100, CPU_BUILD_WITH_DRIVER, CPU_ONLY, CUDA_BUILD_NO_GPU, H100_X4, MI300X, P100, T4, V100_X2
 
 QWEN = "model=qwen2_5_0_5b_instruct"  # model.dtype: bfloat16, LoRA off: full fine-tuning
 MISTRAL = "model=mistral_7b_instruct"  # model.dtype: bfloat16, LoRA on
@@ -92,12 +91,12 @@ def test_a_cpu_only_torch_on_a_machine_with_a_driver(settings):
     layout = decide(settings(), CPU_BUILD_WITH_DRIVER)
     assert not layout.gpu
     assert layout.notes == (
-        "torch 2.13.0+cpu is a CPU-only build, though an NVIDIA driver is installed: training on the CPU; "
+        "torch 2.13.0+cpu is a CPU-only build, though a GPU driver is installed: training on the CPU; "
         "for the GPU, make setup TORCH=torch",
     )
     with pytest.raises(UserError, match=r"device=cuda but torch 2.13.0\+cpu is a CPU-only build"):
         decide(settings("device=cuda"), CPU_BUILD_WITH_DRIVER)
-    with pytest.raises(UserError, match="no CUDA GPU is visible"):
+    with pytest.raises(UserError, match="no GPU is visible"):
         decide(settings("device=cuda"), CUDA_BUILD_NO_GPU)
     qlora = settings(MISTRAL, "+recipe=low_memory")
     with pytest.raises(UserError, match="needs a CUDA GPU"):
@@ -107,11 +106,59 @@ def test_a_cpu_only_torch_on_a_machine_with_a_driver(settings):
 def test_a_plain_run_on_several_gpus_uses_one_and_says_how_to_use_all(settings):
     """Finding 1: a plain run on 2+ GPUs failed after the model loaded (TRL refuses nn.DataParallel)."""
     layout = decide(settings(QWEN), H100_X4)
-    assert layout.processes == 1 and layout.local_rank == 0 and layout.gpus_visible == 4
+    assert layout.processes == 1 and (layout.local_rank, layout.gpu_index) == (0, 0) and layout.gpus_visible == 4
     assert "--num_processes 4 run.py" in layout.notes[0]
-    too_late = dataclasses.replace(H100_X4, kept_first=False)  # CUDA had started: the four stay visible
+    assert layout.describe().startswith("training on GPU 0 (NVIDIA H100), 1 process")
+
+
+def test_each_job_of_a_parallel_sweep_takes_the_gpu_its_launcher_gives_it(settings, monkeypatch, simulated_gpus):
+    """Issue 27, finding 4: every job of a parallel sweep trained on GPU 0 (the parent had pinned it)."""
+    monkeypatch.setenv("GRPO_EXP_GPU", "2")
+    layout = decide(settings(QWEN))
+    assert (layout.gpu_index, layout.local_rank) == (2, 0) and simulated_gpus["asked"] == [2]
+    assert layout.describe().startswith("training on GPU 2 (NVIDIA H100)")
+    assert not any("GPUs visible" in note for note in layout.notes)  # the launcher chose: no advice to
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ, "deciding changes nothing a sweep's workers inherit"
+    layout.claim()  # in the job's own process, before CUDA starts
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "2"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6,7")
+    decide(settings(QWEN)).claim()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "6", "the third of the listed GPUs"
+    monkeypatch.setenv("GRPO_EXP_GPU", "4")
+    with pytest.raises(UserError, match=r"GRPO_EXP_GPU=4 but 4 GPU\(s\) are visible"):
+        decide(settings(QWEN), H100_X4)
+
+
+def test_deciding_never_starts_cuda_in_the_parent(settings, simulated_gpus):
+    """The preflight decides every job in the sweep's parent: its CUDA context held GPU 0 for the whole sweep."""
+    decide(settings(QWEN))
+    assert simulated_gpus["in_process"] == 0 and simulated_gpus["asked"] == [0]
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+
+
+def test_a_job_whose_cuda_started_early_on_several_gpus_is_refused(settings, monkeypatch, simulated_gpus):
+    import torch
+
+    layout = decide(settings(QWEN))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # e.g. a reward module's import started it
     with pytest.raises(UserError, match="4 GPUs are visible to a plain run, and CUDA started before"):
-        decide(settings(QWEN), too_late)
+        layout.claim()
+
+
+def test_an_amd_gpu_under_rocm_is_a_gpu(settings):
+    """Finding 6: a ROCm torch (torch.version.cuda is None there) trained on the CPU without a word."""
+    layout = decide(settings(QWEN), MI300X)
+    assert layout.gpu and layout.bf16 and layout.rocm
+    assert layout.describe().startswith("training on GPU 0 (AMD Instinct MI300X, ROCm), 1 process: bf16 compute")
+
+
+def test_machine_reads_a_rocm_build_as_a_gpu_build(monkeypatch, simulated_gpus):
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", "6.4.0")
+    found = hardware.machine(0)
+    assert found.cuda_build and found.rocm and found.gpus == 4 and found.native_bf16
 
 
 def test_launched_ranks_each_take_their_own_gpu(settings, monkeypatch):
@@ -126,30 +173,47 @@ def test_launched_ranks_each_take_their_own_gpu(settings, monkeypatch):
         decide(settings(QWEN), V100_X2)
 
 
-def test_machine_keeps_a_plain_run_to_the_first_gpu(monkeypatch):
-    """What torch reports, with torch.cuda simulated: 4 GPUs, and CUDA_VISIBLE_DEVICES narrowed first."""
+@pytest.fixture
+def simulated_gpus(monkeypatch):
+    """torch.cuda on a 4-GPU machine: NVML's count follows CUDA_VISIBLE_DEVICES until CUDA starts, and the
+    GPU's properties come from the child process that ``hardware`` starts (simulated: what it was asked)."""
     import torch
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("GRPO_EXP_GPU", raising=False)
     monkeypatch.setattr(torch.version, "cuda", "12.8")
-    seen = {}
+    seen = {"asked": [], "in_process": 0}
 
-    def visible() -> int:  # NVML's count, which follows CUDA_VISIBLE_DEVICES until CUDA starts
+    def visible() -> int:
         listed = os.environ.get("CUDA_VISIBLE_DEVICES")
         return len(listed.split(",")) if listed else 4
 
-    def properties(index):
-        seen["visible"] = os.environ.get("CUDA_VISIBLE_DEVICES")
-        return SimpleNamespace(name="NVIDIA H100", major=9, minor=0, total_memory=80 * 1024**3)
+    def in_process(index):
+        seen["in_process"] += 1
+        raise AssertionError("CUDA started in this process")
+
+    def child(args, **kwargs):
+        seen["asked"].append(int(args[-1]))
+        return SimpleNamespace(returncode=0, stdout=f'["NVIDIA H100", 9, 0, {80 * 1024**3}]\n', stderr="")
 
     monkeypatch.setattr(torch.cuda, "device_count", visible)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
-    found = hardware.machine(0, only_first=True)
-    assert (found.gpus, found.capability, found.native_bf16, found.kept_first) == (4, (9, 0), True, True)
-    assert seen["visible"] == "0", "the first GPU alone, before CUDA starts"
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    hardware.machine(0, only_first=True)
-    assert seen["visible"] == "3"
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", in_process)
+    monkeypatch.setattr(hardware.subprocess, "run", child)
+    return seen
+
+
+def test_machine_reads_the_gpu_in_a_child_process(simulated_gpus, monkeypatch):
+    found = hardware.machine(1)
+    assert (found.gpus, found.name, found.capability, found.native_bf16) == (4, "NVIDIA H100", (9, 0), True)
+    assert simulated_gpus == {"asked": [1], "in_process": 0}
+
+    def fails(args, **kwargs):
+        return SimpleNamespace(returncode=1, stdout="", stderr="Traceback …\nRuntimeError: CUDA driver too old\n")
+
+    monkeypatch.setattr(hardware.subprocess, "run", fails)
+    with pytest.raises(UserError, match=r"CUDA could not start on GPU 0 \(RuntimeError: CUDA driver too old\)"):
+        hardware.machine(0)
 
 
 def test_vllm_refusals(settings, monkeypatch):

@@ -24,6 +24,7 @@ takes that trade for memory (most published 7B full fine-tunes do) asks for it w
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from importlib import metadata
@@ -36,6 +37,7 @@ from grpo_exp.hardware import Machine
 FP16_MIN_CAPABILITY = (7, 0)  # fp16 tensor cores from Volta on; below, fp32 runs as fast and never overflows
 VLLM_RANGE = ("0.22.0", "0.31.0")  # the vLLM releases TRL 1.16 accepts (trl/import_utils.py)
 _SIXTEEN_BIT = ("bfloat16", "float16")
+GPU_TORCH_ADVICE = "make setup TORCH=torch"  # how to replace a CPU-only torch (the Makefile's GPU set-up)
 
 
 class Precision(StrEnum):
@@ -60,10 +62,12 @@ class Layout:
     reference_dtype: str  # the reference model's (and a frozen base's) dtype
     processes: int  # training processes (WORLD_SIZE under torchrun/accelerate)
     rank: int
-    local_rank: int = 0  # the GPU this process trains on
+    local_rank: int = 0  # the CUDA device this process trains on, as it numbers them (0 for a plain run)
+    gpu_index: int = 0  # that GPU among the ones visible when the job was decided (what the layout line says)
     gpu_name: str | None = None
-    gpus_visible: int = 0  # GPUs torch saw, before a plain run kept the first
+    gpus_visible: int = 0  # GPUs torch saw, before a plain run kept its own
     quantized: bool = False  # a 4-bit base (QLoRA); weight_dtype is then that of its unquantized parts
+    rocm: bool = False  # an AMD GPU (ROCm), which torch drives as "cuda"
     notes: tuple[str, ...] = ()  # what the decision changed from the config, one line each
 
     @property
@@ -83,9 +87,15 @@ class Layout:
         """The process that logs and writes the job's files."""
         return self.rank == 0
 
+    def claim(self) -> None:
+        """In the job's own process, before CUDA starts: a plain run on a machine with several GPUs
+        keeps its GPU alone (a parallel sweep's jobs each their own)."""
+        if self.gpu and self.processes == 1 and self.gpus_visible > 1:
+            hardware.keep_gpu(self.gpu_index)
+
     def describe(self) -> str:
         """The decision as the one line a job prints at its start."""
-        where = f"GPU {self.local_rank} ({self.gpu_name})" if self.gpu else "the CPU"
+        where = f"GPU {self.gpu_index} ({self.gpu_name}{', ROCm' if self.rocm else ''})" if self.gpu else "the CPU"
         processes = "1 process" if self.processes == 1 else f"{self.processes} processes"
         weights = "4-bit" if self.quantized else self.weight_dtype
         return (
@@ -100,24 +110,27 @@ class Layout:
 
 def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
     """The layout ``cfg`` trains with on this machine (``found``: torch's answer, simulated in tests);
-    a one-line ``UserError`` when it can't have it."""
+    a one-line ``UserError`` when it can't have it.
+
+    Nothing here starts CUDA or changes the environment: a sweep's parent decides every job's
+    layout, and the job's own process keeps its GPU when it starts (``Layout.claim``)."""
     processes, rank, local_rank = hardware.world_size(), hardware.rank(), hardware.local_rank()
+    index = local_rank if processes > 1 else hardware.assigned_gpu()  # a plain run: the launcher's pick, or the first
     if cfg.device == "cpu":
         found = found or Machine("", cuda_build=False, driver=False)
     else:
-        found = found or hardware.machine(local_rank, only_first=processes == 1)
+        found = found or hardware.machine(index)
     notes = []
     gpu = cfg.device != "cpu" and found.gpus > 0
     if cfg.device == "cuda" and not gpu:
         raise UserError(f"device=cuda but {_why_no_gpu(found)}: use device=auto or device=cpu")
     if not gpu and found.driver and not found.cuda_build and cfg.device == "auto":
-        notes.append(f"{_why_no_gpu(found)}: training on the CPU; for the GPU, make setup TORCH=torch")
-    if gpu and processes == 1 and found.gpus > 1 and not found.kept_first:
+        notes.append(f"{_why_no_gpu(found)}: training on the CPU; for the GPU, {GPU_TORCH_ADVICE}")
+    if gpu and index >= found.gpus:
         raise UserError(
-            f"{found.gpus} GPUs are visible to a plain run, and CUDA started before the job could keep one "
-            '(TRL refuses nn.DataParallel): set CUDA_VISIBLE_DEVICES=0, or launch with accelerate (README "Scaling up")'
+            f"{hardware.GPU_ENV}={index} but {found.gpus} GPU(s) are visible: use an index below {found.gpus}"
         )
-    if gpu and processes == 1 and found.gpus > 1:
+    if gpu and processes == 1 and found.gpus > 1 and hardware.GPU_ENV not in os.environ:
         notes.append(
             f"{found.gpus} GPUs visible: a plain run trains on the first; to use them all: "
             f"accelerate launch --config_file accelerate/ddp.yaml --num_processes {found.gpus} run.py …"
@@ -138,18 +151,21 @@ def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
         reference_dtype=frozen,
         processes=processes,
         rank=rank,
-        local_rank=local_rank if gpu else 0,
+        # a plain run keeps its GPU alone (claim), which it then sees as device 0
+        local_rank=local_rank if gpu and processes > 1 else 0,
+        gpu_index=index if gpu else 0,
         gpu_name=found.name if gpu else None,
         gpus_visible=found.gpus,
         quantized=cfg.model.quantization.load_in_4bit,
+        rocm=gpu and found.rocm,
         notes=tuple(notes),
     )
 
 
 def _why_no_gpu(found: Machine) -> str:
     if found.driver and not found.cuda_build:
-        return f"torch {found.torch_version} is a CPU-only build, though an NVIDIA driver is installed"
-    return "no CUDA GPU is visible"
+        return f"torch {found.torch_version} is a CPU-only build, though a GPU driver is installed"
+    return "no GPU is visible"
 
 
 def _precision(cfg: ExperimentConfig, found: Machine, gpu: bool) -> Precision:

@@ -52,6 +52,7 @@ def probe(spec: JobSpec) -> dict[str, Any]:
     group = settings.grpo.num_generations
     sizes = group_sizes(settings.probe.group_sizes, group)
     samples = sizes[-1]
+    spec.layout.claim()
     _seed(settings.seed, settings.threads)
     model, tokenizer = models.load(settings.model, models.model_path(settings.model), spec.layout)
     if spec.layout.gpu and not settings.model.quantization.load_in_4bit:

@@ -58,6 +58,7 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
     Raises ``JobStopped`` after a clean stop (a signal), once the checkpoint, model and summary are saved.
     """
     started = time.perf_counter()
+    spec.layout.claim()  # before anything starts CUDA: this job's GPU alone
     settings, primary = spec.settings, spec.layout.primary  # with several processes, one logs and writes files
     folder.path.mkdir(parents=True, exist_ok=True)
     resolved = dataclasses.asdict(settings)  # as run: derived values (e.g. the batch size) included
