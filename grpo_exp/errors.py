@@ -51,6 +51,34 @@ def no_space(exc: BaseException) -> bool:
     return any(isinstance(e, OSError) and e.errno in NO_SPACE for e in causes(exc))
 
 
+class DiskFull(Exception):
+    """A job that ran out of disk, raised once the checkpoints the disk cut short are removed (their
+    space is what the resume and the job's summary need); the whole ones before are kept."""
+
+    def __init__(self, folder: str, checkpoint_bytes: int, kept: str | None, removed: list[str]) -> None:
+        self.folder, self.checkpoint_bytes, self.kept, self.removed = folder, checkpoint_bytes, kept, removed
+        what = f"{kept} is kept" if kept else "no checkpoint had been finished"
+        what += f", the unfinished {', '.join(removed)} removed" if removed else ""
+        self.what = what
+        super().__init__(
+            f"the disk holding {folder} is full: a checkpoint of this job takes {checkpoint_bytes / 2**20:.0f} MiB "
+            f"({what})"
+        )
+
+    def line(self, resume: str) -> str:
+        """The one line on the console: what to free, and the command that resumes."""
+        return (
+            f"the disk holding {self.folder} is full: a checkpoint of this job takes "
+            f"{self.checkpoint_bytes / 2**20:.0f} MiB; free that much, then resume with: {resume} ({self.what})"
+        )
+
+
+def disk_full(exc: BaseException, free: int, checkpoint_bytes: int) -> bool:
+    """Whether ``exc`` came from a full disk: ENOSPC/EDQUOT on the way, or torch's writer failing with
+    less free space than a checkpoint takes."""
+    return no_space(exc) or (failed_write(exc) and free < checkpoint_bytes)
+
+
 def failed_write(exc: BaseException) -> bool:
     """Whether torch's file writer failed somewhere on the way to ``exc`` (a full disk, or another fault)."""
     return any(isinstance(e, RuntimeError) and "inline_container" in str(e) for e in causes(exc))

@@ -23,6 +23,7 @@ JSON Lines files are appended line by line; readers skip a line a kill cut short
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -298,13 +299,17 @@ def write_json(path: Path, value: Any) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write ``path`` so readers see the old content or the new one, never half of it."""
+    """Write ``path`` so readers see the old content or the new one, never half of it (nor none of it:
+    the copy's size is checked on disk before it replaces the old one)."""
     partial = path.with_name(path.name + ".partial")
+    data = text.encode("utf-8")
     try:
-        with partial.open("w", encoding="utf-8") as handle:
-            handle.write(text)
+        with partial.open("wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+            if os.fstat(handle.fileno()).st_size != len(data):
+                raise OSError(errno.ENOSPC, f"{partial.name} holds fewer bytes than were written")
         os.replace(partial, path)
     except BaseException:  # a full disk, a kill: the old file stays whole, and no half-written copy is left
         partial.unlink(missing_ok=True)

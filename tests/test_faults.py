@@ -206,6 +206,27 @@ def test_an_atomic_write_that_fails_keeps_the_old_file_and_leaves_no_partial(tmp
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
 
 
+def test_an_atomic_write_the_disk_took_short_keeps_the_old_file(tmp_path, monkeypatch):
+    """A write that reports success but left fewer bytes on disk never replaces the record (no 0-byte summary)."""
+    import os
+
+    from grpo_exp.folder import write_json
+
+    path = tmp_path / "summary.json"
+    write_json(path, {"status": "completed", "steps": 10})
+    real = os.fstat
+
+    def short(fd: int) -> os.stat_result:
+        found = real(fd)
+        return os.stat_result((*found[:6], 0, *found[7:]))  # st_size 0: nothing reached the disk
+
+    monkeypatch.setattr(os, "fstat", short)
+    with pytest.raises(OSError, match="holds fewer bytes than were written"):
+        write_json(path, {"status": "failed", "steps": 11})
+    assert json.loads(path.read_text()) == {"status": "completed", "steps": 10}
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
 # A disk that holds one checkpoint of the tiny model (about 14 MiB) but not two.
 SMALL_DISK = "24m"
 LARGER_DISK = "64m"
@@ -249,6 +270,10 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_keeps_the_last_and_resumes(
         in (errors[0])
     )
     assert [p.name for p in job.glob("checkpoint-*")] == ["checkpoint-2"]
+    # issue 31: the summary is written once the cut checkpoint's space is free (it was missing, or 0 bytes)
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == "failed" and f"the disk holding {job} is full" in summary["error"]
+    assert "the unfinished checkpoint-4 removed" in summary["error"] and summary["steps"] >= 2
     subprocess.run(["mount", "-o", f"remount,size={LARGER_DISK}", str(small_disk)], check=True)
     resumed = run(f"resume={job}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_exp.errors import DiskFull, disk_full
 from grpo_exp.folder import DAMAGED_PREFIX, SEAL_FILE, JobFolder, write_json
 
 log = logging.getLogger("grpo_exp")
@@ -92,3 +94,22 @@ def _safetensors_whole(path: Path) -> bool:
         return False
     end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
     return 8 + header_len + end == path.stat().st_size
+
+
+def full_disk(exc: BaseException, folder: JobFolder) -> DiskFull | None:
+    """``DiskFull`` for a job whose disk ran full (None for any other failure), once the checkpoints
+    it cut short are removed: they can't be resumed from, and their space is what the job's summary
+    and its resume need. The whole ones before them are kept."""
+    free, needed = folder.space()
+    if not disk_full(exc, free, needed):
+        return None
+    saved = [path for _, path in folder.checkpoints()]  # newest first
+    unfinished = []
+    for path in saved:
+        if problem(path) is None:
+            break
+        unfinished.append(path)
+    for path in unfinished:
+        shutil.rmtree(path, ignore_errors=True)
+    kept = saved[len(unfinished)] if len(saved) > len(unfinished) else None
+    return DiskFull(str(folder.path), needed, kept.name if kept else None, [p.name for p in unfinished])

@@ -117,8 +117,11 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
                 trainer.save_model(str(folder.model))
             outcome["status"] = "completed" if stop.signum is None else "interrupted"
         except BaseException as exc:
-            outcome["error"] = describe_failure(exc)
             outcome["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            full = checkpoints.full_disk(exc, folder) if primary else None  # frees the cut checkpoint first
+            outcome["error"] = str(full) if full else describe_failure(exc)
+            if full:
+                raise full from exc
             raise
         finally:
             outcome["wall_time_s"] = round(time.perf_counter() - started, 2)
@@ -215,10 +218,10 @@ def _summary(
     if write:
         try:
             folder.write_summary(summary)
-        except OSError as exc:  # a full disk: the summary before stays whole
+        except OSError as exc:  # a disk still full: the summary before stays whole
             if outcome["status"] == "completed":
                 raise
-            log.debug("could not write %s: %s", folder.summary_file, exc)  # the job's own failure says why
+            log.warning("%s not written (%s): the job's failure comes next", folder.summary_file.name, exc)
     return summary
 
 
