@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,12 @@ LAYERS_PATH = "model.layers.{}"  # where the decoder families keep their layers
 @dataclass(frozen=True)
 class Family:
     """How a decoder family lays out its layers: which projections carry a bias (a bool, or the
-    config key that says)."""
+    config key that says), and whether the queries and keys have a norm of their own (Qwen3)."""
 
     qkv_bias: bool | str = False
     o_bias: bool | str = False
     mlp_bias: bool | str = False
+    qk_norm: bool = False
 
     def flag(self, value: bool | str, config: dict[str, Any]) -> bool:
         return bool(config.get(value, False)) if isinstance(value, str) else value
@@ -49,6 +50,7 @@ class Family:
 # Families counted by arithmetic; others are built on the meta device.
 FAMILIES: dict[str, Family] = {
     "qwen2": Family(qkv_bias=True),
+    "qwen3": Family(qkv_bias="attention_bias", o_bias="attention_bias", qk_norm=True),
     "mistral": Family(),
     "llama": Family(qkv_bias="attention_bias", o_bias="attention_bias", mlp_bias="mlp_bias"),
 }
@@ -90,6 +92,7 @@ class Architecture:
     parameters: int  # every parameter (a tied embedding once)
     linears: tuple[Linear, ...]  # the nn.Linear kinds, the output layer (if untied) included
     source: str  # where the config came from
+    config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # the config.json
 
     @property
     def embedding(self) -> int:
@@ -189,7 +192,7 @@ def from_config(config: dict[str, Any], source: str = "config") -> Architecture:
         parameters, linears = meta_parameters(config)
     else:
         linears = _decoder_linears(text, family, hidden, heads, kv_heads, head_dim, layers, vocab, tied)
-        norms = (2 * layers + 1) * hidden
+        norms = (2 * layers + 1) * hidden + (2 * layers * head_dim if family.qk_norm else 0)
         parameters = vocab * hidden + norms + sum(layer.parameters for layer in linears)
     return Architecture(
         model_type=text.get("model_type", "unknown"),
@@ -204,6 +207,7 @@ def from_config(config: dict[str, Any], source: str = "config") -> Architecture:
         parameters=parameters,
         linears=tuple(linears),
         source=source,
+        config=config,
     )
 
 

@@ -11,10 +11,16 @@ different things, and the plan's peak is the largest of them:
 - ``optimizer step``: gradients and states together, plus the optimizer's temporaries;
 - ``evaluation``: the held-out prompts' generation, in batches of ``per_device_eval_batch_size``.
 
-Where the byte counts come from is said next to each constant; the CPU figures are measured by
-``benchmarks/plan.py`` (results in ``benchmarks/plan.md``). The GPU ones follow the same code
-paths (TRL 1.16, transformers 5, torch 2.13) but were not measured on a GPU here. The module is
-long on purpose: each constant sits next to the one phase item that uses it.
+A decoder layer's activations are measured on that layer (``memory.activations``, cached per
+shape), and the prompts are as long as the data's longest (``memory.prompts``); everything else is
+arithmetic on the config. Where the byte counts come from is said next to each constant; the CPU
+figures are measured by ``benchmarks/plan.py``, and the GPU ones held against published runs
+(both in ``benchmarks/plan.md``). The module is long on purpose: each constant sits next to the
+one phase item that uses it.
+
+The verdict has three values. "fits": the peak is within ``FITS_SHARE`` of the device;
+"tight": above that but within the device (the plan's own error on published runs and the
+allocator's spread can take it over); "does not fit": above the device.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_exp.config import batch
 from grpo_exp.config.schema import ExperimentConfig
+from grpo_exp.memory.activations import Activations, activations
 from grpo_exp.memory.architectures import Architecture, adapted, architecture, lora_parameters
+from grpo_exp.memory.prompts import longest_prompt
 from grpo_exp.memory.remedies import Remedy, find_remedies
 from grpo_exp.memory.target import BYTES, DEEPSPEED, FP32, HALF, SIXTEEN_BIT, Target, job_target
 
@@ -35,12 +43,32 @@ if TYPE_CHECKING:
 
 GIB = 1 << 30
 MIB = 1 << 20
-# Runtime overhead per process beyond the tensors. On a GPU: the CUDA context, cuBLAS/cuDNN
-# workspaces and the caching allocator's slack (commonly 0.5-1 GiB on recent cards and drivers).
-CUDA_OVERHEAD = 768 * MIB
-# On the CPU: the Python heap of the trainer, the data, the tokenizer and what loads lazily,
-# beyond the imports (the tiny job's measured peak minus its tensors: 54 MiB, benchmarks/plan.md).
-CPU_OVERHEAD = 56 * MIB
+# Memory outside PyTorch's allocator, per process: the CUDA context, cuBLAS/cuDNN workspaces and
+# the loaded kernels (commonly 0.5-1 GiB on recent cards and drivers); a process that talks to
+# others over NCCL also holds its communicators and their buffers: one DDP process on a 3-GPU
+# node held 1.85 GiB outside PyTorch in all (trl issue 2972).
+CUDA_RUNTIME = 768 * MIB
+NCCL_RUNTIME = int(1.85 * GIB)
+# PyTorch's caching allocator reserves more than the live tensors (blocks split for one size and
+# freed, which a later, larger request can't use). Published GRPO runs show 0.75 % to 17 % of the
+# reserved memory unused; the plan adds the middle of that spread, and the verdict's margin
+# (FITS_SHARE) covers its top.
+ALLOCATOR_SLACK = 0.08
+# "fits" only up to this share of the device: a job planned at 90 % of its card ran out of memory
+# after a few steps (issue 30), the allocator's slack reaches 17 % where the plan counts 8 %, and
+# the plan's error on published runs reaches about 10 %.
+FITS_SHARE = 0.85
+FITS, TIGHT, NO_FIT = "fits", "tight", "does not fit"
+# A CPU job's whole process is what it takes of the machine's RAM: the libraries it imports
+# (torch, transformers, TRL, peft, datasets, the trainer: the resident set after importing them,
+# measured by benchmarks/plan.py --libraries), and the Python heap of the trainer, the data and the
+# tokenizer beyond them (the tiny job's peak minus its tensors and its libraries).
+CPU_LIBRARIES = 508 * MIB
+CPU_HEAP = 56 * MIB
+# vLLM's CUDA graphs take memory beyond grpo.vllm_gpu_memory_utilization (vLLM issue 7553:
+# about 1.7 GiB on a 7B model); sleep mode frees only what vLLM allocated in its own pool (the
+# weights and the KV cache), so the graphs stay in every phase.
+VLLM_CUDA_GRAPHS = int(1.7 * GIB)
 
 # 4-bit NF4 (bitsandbytes): half a byte per weight, plus one fp32 absmax per block of 64 weights,
 # or with double quantization an 8-bit absmax per block and one fp32 per 256 blocks.
@@ -52,16 +80,6 @@ STATE_8BIT_BYTES = 1 + 4 / 256
 OPTIMIZER_STATES = {"sgd": 0, "adafactor": 0, "lion": 1}
 ADAM_STATES = 2
 
-# Activations a decoder layer saves for the backward pass, bytes per token, as
-# (per hidden unit, per MLP unit, per key/value channel, per head, constant). Measured on
-# transformers' Qwen2 layers (SDPA attention) with torch's saved-tensor hooks, in fp32 and under
-# bf16 autocast (where RMSNorm still works in fp32): benchmarks/plan.md.
-LAYER_ACTIVATIONS = {
-    FP32: (32, 16, 8, 4, 8),
-    HALF: (30, 8, 4, 4, 8),
-}
-# Outside the layers (the embedding's output, the final norm), bytes per token per hidden unit.
-MODEL_ACTIVATIONS_PER_HIDDEN = 9
 # A LoRA adapter with dropout saves its dropped input and mask: bytes per input element of each
 # adapted layer (fp32 adapter; under autocast its matmul input is 16-bit), and per rank unit.
 LORA_DROPOUT_BYTES = {FP32: 6, HALF: 4}
@@ -85,6 +103,11 @@ PREFILL_MLP_COPIES = 3
 PREFILL_HIDDEN_COPIES = 4
 # The CPU optimizer steps one tensor at a time; Adam's update makes two temporaries of it.
 CPU_STEP_TEMPORARIES = 2
+# torch's foreach AdamW (transformers' adamw_torch on a GPU) takes the square root of every
+# second-moment state at once (``_foreach_sqrt``): a temporary the size of all the states' one.
+# Fused AdamW (adamw_torch_fused, transformers' default optim on torch >= 2.8), apex's and
+# bitsandbytes' (8-bit, paged) step each tensor in one kernel, in place.
+IN_PLACE_STEP = ("fused", "8bit", "bnb", "paged", "apex")
 # ZeRO-3 and FSDP gather a layer's 16-bit weights to run it, and prefetch the next one.
 GATHERED_LAYERS = 2
 
@@ -110,6 +133,7 @@ class MemoryPlan:
     phases: tuple[Phase, ...]
     notes: tuple[str, ...] = ()
     remedies: tuple[Remedy, ...] = field(default=())
+    inputs: dict[str, Any] = field(default_factory=dict)  # what the plan read: prompt length, activations
 
     @property
     def peak(self) -> Phase:
@@ -120,8 +144,19 @@ class MemoryPlan:
         return self.peak.total
 
     @property
+    def verdict(self) -> str | None:
+        """fits | tight | does not fit (module docstring); None when the device's memory isn't known."""
+        memory = self.target.memory
+        if memory is None:
+            return None
+        if self.peak_bytes <= FITS_SHARE * memory:
+            return FITS
+        return TIGHT if self.peak_bytes <= memory else NO_FIT
+
+    @property
     def fits(self) -> bool | None:
-        return None if self.target.memory is None else self.peak_bytes <= self.target.memory
+        """True only for "fits": a tight plan is not promised to run."""
+        return None if self.verdict is None else self.verdict == FITS
 
     def to_dict(self) -> dict[str, Any]:
         arch = self.architecture
@@ -140,9 +175,12 @@ class MemoryPlan:
             "peak_bytes": self.peak_bytes,
             "peak_phase": self.peak.name,
             "memory_bytes": self.target.memory,
+            "verdict": self.verdict,
             "fits": self.fits,
+            "fits_share": FITS_SHARE,
             "items": dict(self.peak.items),
             "phases": {p.name: {"total_bytes": p.total, "items": dict(p.items)} for p in self.phases},
+            "inputs": dict(self.inputs),
             "remedies": [r.to_dict() for r in self.remedies],
             "notes": list(self.notes),
         }
@@ -178,14 +216,23 @@ def plan_architecture(cfg: ExperimentConfig, arch: Architecture, target: Target)
     sizes = _Sizes.of(cfg, arch, target)
     resident = _resident(sizes)
     phases = [
-        Phase("generation", resident | _generation(sizes, sizes.generation_batch)),
-        Phase("loss/backward", resident | _accumulated(sizes) | _loss(sizes)),
-        Phase("optimizer step", resident | _gradients(sizes) | _step(sizes)),
+        Phase("generation", resident | _vllm(sizes, generating=True) | _generation(sizes, sizes.generation_batch)),
+        Phase("loss/backward", resident | _vllm(sizes) | _accumulated(sizes) | _loss(sizes)),
+        Phase("optimizer step", resident | _vllm(sizes) | _gradients(sizes) | _step(sizes)),
     ]
     if _evaluates(cfg):
-        phases.append(Phase("evaluation", resident | _generation(sizes, cfg.grpo.per_device_eval_batch_size)))
-    phases = [Phase(p.name, {k: int(v) for k, v in p.items.items() if v}) for p in phases]
-    return MemoryPlan(cfg.model.name_or_path, arch, sizes.trainable, target, tuple(phases), tuple(sizes.notes))
+        evaluation = _generation(sizes, cfg.grpo.per_device_eval_batch_size)
+        phases.append(Phase("evaluation", resident | _vllm(sizes, generating=True) | evaluation))
+    phases = [_with_runtime(sizes, Phase(p.name, {k: int(v) for k, v in p.items.items() if v})) for p in phases]
+    inputs = {
+        "prompt_tokens": sizes.prompt,
+        "prompt_source": sizes.prompt_source,
+        "activations": sizes.acts.to_dict(),
+        "adapter_dtype": sizes.adapter_dtype if sizes.lora else None,
+    }
+    return MemoryPlan(
+        cfg.model.name_or_path, arch, sizes.trainable, target, tuple(phases), tuple(sizes.notes), inputs=inputs
+    )
 
 
 @dataclass
@@ -196,12 +243,16 @@ class _Sizes:
     arch: Architecture
     target: Target
     trainable: int
-    weight_bytes: int  # bytes per stored weight
+    weight_bytes: int  # bytes per stored (unquantized) weight
     act_bytes: int  # bytes per activation (the autocast's, else the weights')
     trainable_bytes: int  # bytes per trainable weight (and its gradient, its Adam states)
+    adapter_dtype: str  # a LoRA adapter's dtype as TRL trains it
     shards: int  # how many ways weights are split (ZeRO-3, FSDP)
     state_shards: int  # how many ways gradients and optimizer states are split
     generation_batch: int  # completions generated at once per device
+    prompt: int  # padded prompt tokens
+    prompt_source: str
+    acts: Activations  # per-token bytes of a decoder layer and of the rest
     notes: list[str]
 
     @classmethod
@@ -212,7 +263,8 @@ class _Sizes:
         if target.sharding in DEEPSPEED:
             weight_bytes = HALF
         act_bytes = HALF if target.precision in SIXTEEN_BIT else weight_bytes
-        trainable_bytes = weight_bytes if not lora.enabled or target.sharding in DEEPSPEED else FP32
+        adapter = adapter_dtype(cfg, target)
+        trainable_bytes = BYTES[adapter] if lora.enabled else weight_bytes
         n = max(1, target.processes)
         shards = n if target.sharding in ("zero3", "fsdp") else 1
         state_shards = n if target.sharding in ("zero2", "zero3", "fsdp") else 1
@@ -222,6 +274,11 @@ class _Sizes:
             notes.append(
                 "DeepSpeed bf16: 16-bit weights and gradients on the GPU, fp32 master weights and states sharded"
             )
+        prompt = longest_prompt(cfg.dataset, cfg.model)
+        notes.append(f"prompts: {prompt.tokens} tokens, the {prompt.source}")
+        acts = activations(arch.config, residual_mode(weight_bytes, target))
+        if not acts.source.startswith("cached"):
+            notes.append(f"activations: {acts.source}")
         return cls(
             cfg,
             arch,
@@ -230,9 +287,13 @@ class _Sizes:
             weight_bytes,
             act_bytes,
             trainable_bytes,
+            adapter,
             shards,
             state_shards,
             generation,
+            prompt.tokens,
+            prompt.source,
+            acts,
             notes,
         )
 
@@ -245,16 +306,16 @@ class _Sizes:
         return self.cfg.model.quantization.load_in_4bit
 
     @property
-    def prompt(self) -> int:
-        return self.cfg.dataset.max_prompt_tokens
-
-    @property
     def completion(self) -> int:
         return self.cfg.grpo.max_completion_length
 
     @property
     def vllm(self) -> bool:
         return self.target.gpu and self.cfg.grpo.use_vllm
+
+    @property
+    def residual_bytes(self) -> int:
+        return HALF if self.acts.mode == "16-bit" else FP32
 
     @property
     def autocast_copies(self) -> int:
@@ -269,19 +330,41 @@ class _Sizes:
         return 0
 
 
+def residual_mode(weight_bytes: int, target: Target) -> str:
+    """What the residual stream is in (``activations.MODES``): 16-bit weights (a LoRA or QLoRA base,
+    bf16 master weights, DeepSpeed's 16-bit copy) give a 16-bit one; fp32 weights an fp32 one,
+    with 16-bit matmuls under autocast."""
+    if weight_bytes == HALF:
+        return "16-bit"
+    return "autocast" if target.precision in SIXTEEN_BIT else "float32"
+
+
+def adapter_dtype(cfg: ExperimentConfig, target: Target) -> str:
+    """A LoRA adapter's dtype as it trains. TRL 1.16 casts a quantized model's trainable parameters
+    to bf16 (and a LoRA model's under ZeRO-3, to the base's 16-bit dtype); the job casts a QLoRA
+    adapter back to fp32 on a GPU without native bf16, whose fp16 grad scaler can't unscale bf16
+    gradients. Any other adapter is fp32."""
+    if target.sharding == "zero3" or (target.sharding in DEEPSPEED and cfg.model.lora.enabled):
+        return "bfloat16" if target.precision != "fp16" else "float16"
+    if cfg.model.quantization.load_in_4bit and target.gpu:
+        return "bfloat16" if target.precision == "bf16" else "float32"
+    return "float32"
+
+
 def _resident(s: _Sizes) -> dict[str, int]:
     """What stays on the device through the whole step (after the first optimizer step)."""
     arch, cfg = s.arch, s.cfg
     if s.four_bit:
         per = NF4_DOUBLE_QUANT_BYTES if cfg.model.quantization.double_quant else NF4_BYTES
-        # peft's prepare_model_for_kbit_training casts every layer it doesn't quantize to fp32
-        base = arch.linear_parameters * per + (arch.parameters - arch.linear_parameters) * FP32
+        # the layers bitsandbytes doesn't quantize (embeddings, lm_head, norms) stay in the compute
+        # dtype, as TRL's own QLoRA leaves them (the job doesn't upcast them to fp32)
+        base = arch.linear_parameters * per + (arch.parameters - arch.linear_parameters) * s.weight_bytes
     else:
         base = arch.parameters * s.weight_bytes
     items: dict[str, int] = {}
     if s.lora:
         items["weights (frozen base)"] = int(base) // s.shards
-        items["LoRA adapter"] = s.trainable * s.trainable_bytes // s.shards
+        items[f"LoRA adapter ({s.adapter_dtype})"] = s.trainable * s.trainable_bytes // s.shards
     else:
         items["weights"] = int(base) // s.shards
     if s.target.sharding in DEEPSPEED:
@@ -292,15 +375,40 @@ def _resident(s: _Sizes) -> dict[str, int]:
         items["reference model"] = arch.parameters * per // s.shards
     if s.target.sharding == "ddp" and s.target.processes > 1:
         items["DDP gradient buckets"] = s.trainable * s.trainable_bytes  # allocated once, kept
-    if s.vllm and cfg.grpo.vllm_mode == "colocate":
-        if s.target.memory is None:
-            s.notes.append("vLLM colocate takes grpo.vllm_gpu_memory_utilization of the GPU: give --gpu-memory")
-        else:
-            items["vLLM (colocate)"] = int(cfg.grpo.vllm_gpu_memory_utilization * s.target.memory)
-    items["runtime (CUDA context)" if s.target.gpu else "runtime (CPU heap)"] = (
-        CUDA_OVERHEAD if s.target.gpu else CPU_OVERHEAD
-    )
+    if not s.target.gpu:
+        items["libraries (torch, transformers, TRL)"] = CPU_LIBRARIES
+        items["runtime (CPU heap)"] = CPU_HEAP
     return items
+
+
+def _vllm(s: _Sizes, generating: bool = False) -> dict[str, int]:
+    """vLLM in the training process (colocate): its share of the GPU, which sleep mode frees while
+    the policy trains, and its CUDA graphs beyond that share, in every phase."""
+    if not s.vllm or s.cfg.grpo.vllm_mode != "colocate":
+        return {}
+    if s.target.memory is None:
+        if generating:
+            s.notes.append("vLLM colocate takes grpo.vllm_gpu_memory_utilization of the GPU: give --gpu-memory")
+        return {"vLLM CUDA graphs": VLLM_CUDA_GRAPHS}
+    share = int(s.cfg.grpo.vllm_gpu_memory_utilization * s.target.memory)
+    items = {"vLLM CUDA graphs": VLLM_CUDA_GRAPHS}
+    if generating or not s.cfg.grpo.vllm_enable_sleep_mode:
+        items["vLLM (colocate share)"] = share
+    return items
+
+
+def _with_runtime(s: _Sizes, phase: Phase) -> Phase:
+    """A GPU phase's tensors plus the allocator's slack on them and the memory outside PyTorch."""
+    if not s.target.gpu:
+        return phase
+    items = dict(phase.items)
+    tensors = sum(v for k, v in items.items() if not k.startswith("vLLM"))  # vLLM's share is its own pool
+    items[f"allocator slack ({ALLOCATOR_SLACK:.0%})"] = int(ALLOCATOR_SLACK * tensors)
+    several = s.target.processes > 1
+    items["runtime (CUDA context, NCCL)" if several else "runtime (CUDA context)"] = (
+        NCCL_RUNTIME if several else CUDA_RUNTIME
+    )
+    return Phase(phase.name, items)
 
 
 def _optimizer_states(s: _Sizes) -> int:
@@ -353,7 +461,7 @@ def _loss(s: _Sizes) -> dict[str, int]:
     completions = cfg.grpo.per_device_train_batch_size
     tokens = completions * (s.prompt + s.completion)
     layer = _layer_activations(s)
-    other = MODEL_ACTIVATIONS_PER_HIDDEN * arch.hidden
+    other = s.acts.outside
     # TRL's fused head scores every position on the CPU, only the completions' with Triton (GPU)
     scored = completions * (s.completion if s.target.gpu else s.prompt + s.completion - 1)
     tile = min(scored, TOKEN_CHUNK) * min(arch.vocab, VOCAB_CHUNK)
@@ -363,44 +471,44 @@ def _loss(s: _Sizes) -> dict[str, int]:
     if cfg.grpo.gradient_checkpointing:
         # each layer's input is kept; the backward then meets the head's tiles first and one
         # recomputed layer at a time after them: whichever is larger counts
-        residual = FP32 if s.weight_bytes == FP32 or s.four_bit else HALF
         recomputed = tokens * (other + layer)
-        items = {"activations (checkpointed)": tokens * arch.layers * arch.hidden * residual}
+        items = {"activations (checkpointed)": tokens * arch.layers * arch.hidden * s.residual_bytes}
         items["recomputed layer" if recomputed > head else "log-prob head (chunked logits)"] = max(recomputed, head)
     else:
         items = {"activations": tokens * (arch.layers * layer + other), "log-prob head (chunked logits)": head}
     if not s.lora:
-        items["lm-head gradient (fp32)"] = arch.vocab * arch.hidden * FP32
+        items[f"lm-head gradient ({'fp32' if s.trainable_bytes == FP32 else '16-bit'})"] = (
+            arch.vocab * arch.hidden * s.trainable_bytes
+        )
     items["autocast weight copies"] = s.autocast_copies
     if s.shards > 1:
         items["gathered layers"] = arch.layer_parameters * HALF * GATHERED_LAYERS
     return items
 
 
-def _layer_activations(s: _Sizes) -> int:
-    """Bytes one decoder layer saves per token (``LAYER_ACTIVATIONS``, plus LoRA's)."""
+def _layer_activations(s: _Sizes) -> float:
+    """Bytes one decoder layer saves per token (measured on the layer, ``memory.activations``),
+    plus a LoRA adapter's."""
     arch = s.arch
-    key = FP32 if s.act_bytes == FP32 else HALF
-    per_h, per_i, per_kv, per_head, const = LAYER_ACTIVATIONS[key]
-    kv = arch.kv_heads * arch.head_dim
-    total = per_h * arch.hidden + per_i * arch.intermediate + per_kv * kv + per_head * arch.heads + const
+    key = FP32 if s.acts.mode == "float32" else HALF
+    total = s.acts.layer
     lora = s.cfg.model.lora
     if lora.enabled:
         wrapped = adapted(arch, lora.target_modules)  # averaged over the layers
         if lora.dropout > 0:
-            total += LORA_DROPOUT_BYTES[key] * sum(layer.inputs * n for layer, n in wrapped) // arch.layers
-        total += LORA_RANK_BYTES[key] * lora.r * sum(n for _, n in wrapped) // arch.layers
+            total += LORA_DROPOUT_BYTES[key] * sum(layer.inputs * n for layer, n in wrapped) / arch.layers
+        total += LORA_RANK_BYTES[key] * lora.r * sum(n for _, n in wrapped) / arch.layers
     return total
 
 
 def _step(s: _Sizes) -> dict[str, int]:
-    """The optimizer's temporaries: torch's foreach AdamW (the GPU default) makes one of all the
-    states' size (the denominator); on the CPU it steps tensor by tensor."""
+    """The optimizer's temporaries: torch's foreach AdamW (adamw_torch on a GPU) makes one of all
+    the states' size (``IN_PLACE_STEP`` make none); on the CPU it steps tensor by tensor."""
     name = s.cfg.optimizer.name.lower()
-    if "8bit" in name or s.target.sharding in DEEPSPEED or not name.startswith("adam"):
+    if any(word in name for word in IN_PLACE_STEP) or s.target.sharding in DEEPSPEED or not name.startswith("adam"):
         return {}
     if s.target.gpu:
-        return {"optimizer step temporaries": s.trainable * s.trainable_bytes // s.state_shards}
+        return {"optimizer step temporaries (foreach)": s.trainable * s.trainable_bytes // s.state_shards}
     largest = min(s.arch.largest_tensor, s.trainable)
     return {"optimizer step temporaries": CPU_STEP_TEMPORARIES * largest * s.trainable_bytes}
 

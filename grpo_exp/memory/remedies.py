@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from grpo_exp.config.batch import MIN_ADVISED_GROUP
-from grpo_exp.config.schema import ExperimentConfig
+from grpo_exp.config.schema import ExperimentConfig, MasterWeights
 from grpo_exp.errors import UserError
 from grpo_exp.memory.target import Target, weight_dtype_policy
 
@@ -32,6 +32,7 @@ class Remedy:
     change: str  # the overrides (or launch) that apply it
     peak_bytes: int
     fits: bool | None
+    verdict: str | None = None  # fits | tight | does not fit
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -71,6 +72,7 @@ def _lora(cfg: ExperimentConfig, target: Target) -> Change | None:
         return None
     new = copy.deepcopy(cfg)
     new.model.lora.enabled = True
+    new.model.master_weights = MasterWeights.float32  # bf16 master weights are for full fine-tuning only
     return "model.lora.enabled=true", new, _retarget(new, target)
 
 
@@ -79,6 +81,7 @@ def _four_bit(cfg: ExperimentConfig, target: Target) -> Change | None:
         return None
     new = copy.deepcopy(cfg)
     new.model.lora.enabled = True
+    new.model.master_weights = MasterWeights.float32
     new.model.quantization.load_in_4bit = True
     return "model.quantization.load_in_4bit=true model.lora.enabled=true", new, _retarget(new, target)
 
@@ -151,6 +154,7 @@ REMEDIES: tuple[tuple[str, RemedyFn], ...] = (
 class _Plan(Protocol):
     peak_bytes: int
     fits: bool | None
+    verdict: str | None
 
 
 def find_remedies(
@@ -169,5 +173,5 @@ def find_remedies(
         except UserError:  # the change doesn't make a valid job here (e.g. its batch can't hold whole groups)
             continue
         if plan.peak_bytes < peak:
-            found.append(Remedy(name, words, plan.peak_bytes, plan.fits))
+            found.append(Remedy(name, words, plan.peak_bytes, plan.fits, plan.verdict))
     return found

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grpo_exp.memory.estimate import GIB, MIB, MemoryPlan
+from grpo_exp.memory.estimate import FITS, FITS_SHARE, GIB, MIB, MemoryPlan
 
 NAME_WIDTH = 32
 COLUMN_WIDTH = 15
@@ -34,7 +34,7 @@ def format_plan(plan: MemoryPlan, title: str | None = None) -> str:
         if plan.remedies:
             lines.append("the article's remedies for out-of-memory (problem 3), each alone:")
             for number, remedy in enumerate(plan.remedies, 1):
-                verdict = "fits" if remedy.fits else "still too big"
+                verdict = remedy.verdict or "no verdict"
                 lines.append(
                     f"  {number}. {remedy.name}: {remedy.change} -> {format_bytes(remedy.peak_bytes)} ({verdict})"
                 )
@@ -48,7 +48,10 @@ def _verdict(plan: MemoryPlan) -> str:
     if memory is None:
         return f"no verdict ({plan.target.memory_source})"
     share = plan.peak_bytes / memory
-    return f"{'fits' if plan.fits else 'does NOT fit'} {format_bytes(memory)} ({share:.0%})"
+    line = f"{plan.verdict} {format_bytes(memory)} ({share:.0%}"
+    if plan.verdict == FITS:
+        return line + ")"
+    return line + f"; fits means within {FITS_SHARE:.0%}: the allocator's slack and the plan's error take the rest)"
 
 
 def format_bytes(value: int | None) -> str:

@@ -96,15 +96,18 @@ def precision_policy(cfg: ExperimentConfig, gpu: bool) -> str:
 
 def weight_dtype_policy(cfg: ExperimentConfig, gpu: bool, precision: str) -> str:
     """What weights are stored in: fp32 master weights for full fine-tuning (16-bit autocast on
-    top); LoRA/QLoRA keep the frozen base in the model's 16-bit dtype; the CPU trains in fp32."""
+    top) unless ``model.master_weights=bfloat16``; LoRA/QLoRA keep the frozen base (a 4-bit base's
+    unquantized layers) in the model's 16-bit dtype; the CPU trains in fp32."""
     if not gpu:
         return "float32"
     model = cfg.model
     if model.lora.enabled or model.quantization.load_in_4bit:
-        if model.dtype in BYTES:
-            return model.dtype
-        return "float16" if precision == "fp16" else "bfloat16"
-    return "float32"
+        if precision not in SIXTEEN_BIT:
+            return "float32"
+        if model.dtype not in BYTES:  # auto: the autocast dtype
+            return _SIXTEEN_BIT_DTYPE[precision]
+        return "float16" if model.dtype == "bfloat16" and precision == "fp16" else model.dtype
+    return str(getattr(model.master_weights, "value", model.master_weights))
 
 
 def sharding_from_env(processes: int) -> str:

@@ -3,10 +3,14 @@
 
 Options: ``--gpu-memory 24GiB`` plans for a GPU of that size (on any machine, native bf16 assumed);
 ``--launcher zero3`` / ``--processes 8`` plan a launch (accelerate configs in accelerate/);
-``--json`` prints one JSON object (a sweep's: its jobs under ``jobs``, the largest peak on top);
+``--json`` prints one JSON object (a sweep's: its jobs under ``jobs``, the largest peak on top),
+with ``verdict`` "fits" | "tight" | "does not fit" (``fits`` is true only for "fits": the line
+between them is ``memory.estimate``'s ``FITS_SHARE``);
 ``--probe`` also runs ``grpo_exp.plan.probe`` on the job (it loads the model) and shows its result
 (under ``probe`` in the JSON). Exit 2 with one line for bad input; a plan that doesn't fit is
-still exit 0.
+still exit 0. A plan imports no torch, except the first time a model shape is planned (one of its
+layers is measured, ``memory.activations``) or a dataset's prompts are counted with the job's
+tokenizer (``memory.prompts``): both are cached, and the plan says when it measured.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import sys
 from typing import Any
 
 from grpo_exp.errors import EXIT_USER_ERROR, UserError
+
+VERDICTS = ("fits", "tight", "does not fit")  # memory.estimate's, best first (not imported: it is lazy)
 
 # Size units for --gpu-memory; a bare G/M/K is binary, as nvidia-smi and torch report memory.
 UNITS = {
@@ -104,8 +110,10 @@ def run(args: argparse.Namespace, overrides: list[str]) -> str:
         return json.dumps(dicts[0], indent=2)
     largest = max(dicts, key=lambda d: d["peak_bytes"])
     fits = [d["fits"] for d in dicts]
+    verdicts = [d["verdict"] for d in dicts]
     summary = {
         "peak_bytes": largest["peak_bytes"],
+        "verdict": None if None in verdicts else max(verdicts, key=VERDICTS.index),  # the worst job's
         "fits": None if None in fits else all(fits),
         "items": largest["items"],
         "jobs": dicts,
