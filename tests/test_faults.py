@@ -307,3 +307,26 @@ def test_a_full_disk_is_one_line_naming_the_space(tmp_path):
     assert "(checkpoint-2 is kept, the unfinished checkpoint-4 removed)" in line
     assert [p.name for _, p in job.checkpoints()] == ["checkpoint-2"]
     assert _disk_full(ValueError("another failure"), job, "") is None
+
+
+def test_a_stop_signal_during_the_model_build_stops_at_once(tmp_path, monkeypatch):
+    """Issue 27, finding 7: a SIGTERM while the embedded model was being built waited for the build to end."""
+    import signal
+
+    from tests.test_long_runs import WAIT_S, start, wait_for
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("GRPO_EXP_CACHE", str(cache))  # a machine that has never built the model
+    job = tmp_path / "job"
+    log = job / "run.log"
+    process = start("logger=none", "grpo.max_steps=3", f"hydra.run.dir={job}")
+    wait_for(lambda: log.is_file() and "building the embedded tiny model" in log.read_text(), process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=WAIT_S)
+    assert process.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "SIGTERM received before training started: stopping now" in err and "Traceback" not in err
+    assert "stopped at step 0, no checkpoint" in err
+    assert not list(cache.glob("tiny-*/config.json")), "the build was abandoned, not finished"
+    assert not [p for p in cache.glob("tiny-*") if p.is_dir()], "and its staging folder removed"
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps"] == 0

@@ -47,7 +47,7 @@ from grpo_exp.tracking.wandb_run import (
 )
 from grpo_exp.training import checkpoints, ranks
 from grpo_exp.training.checkpoints import ResumePoint
-from grpo_exp.training.stops import JobStopped, StopRequest
+from grpo_exp.training.stops import JobStopped, StoppedBeforeTraining, StopRequest
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +112,13 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
                     if signum := ranks.largest(stop.signum or 0):  # every rank, or none, trains the stage
                         stop.adopt(signum)
                         break  # stopped while the stage was being built: nothing to train
+                    stop.defer()
                     trainer.train(resume_from_checkpoint=str(stage.resume_from.path) if stage.resume_from else None)
             if settings.save_model and trainer is not None:
                 trainer.save_model(str(folder.model))
             outcome["status"] = "completed" if stop.signum is None else "interrupted"
+        except StoppedBeforeTraining:  # the build or load abandoned; stopped below, like any clean stop
+            outcome["status"] = "interrupted"
         except BaseException as exc:
             outcome["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
             full = checkpoints.full_disk(exc, folder) if primary else None  # frees the cut checkpoint first

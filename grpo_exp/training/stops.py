@@ -1,10 +1,14 @@
 """Clean stops: Ctrl-C (SIGINT), SIGTERM or a launcher's pre-emption signal finishes the step and checkpoints.
 
 A long run on a shared GPU is stopped by people (Ctrl-C), by schedulers (SIGTERM before a kill) and
-by pre-emption. The first signal only raises a flag; ``callbacks.StopCallback`` sees it at the end
-of the step and asks the trainer to save a checkpoint and stop, so the job ends with its model,
-summary and W&B run in order. A second signal stops at once (``KeyboardInterrupt``, still without
-a traceback on the console).
+by pre-emption. Once the trainer trains (``StopRequest.defer``), the first signal only raises a
+flag; ``callbacks.StopCallback`` sees it at the end of the step and asks the trainer to save a
+checkpoint and stop, so the job ends with its model, summary and W&B run in order. A second signal
+stops at once (``KeyboardInterrupt``, still without a traceback on the console).
+
+Before training starts (the embedded model's build, a model's load) there is nothing to
+checkpoint, and waiting for the load to end can take minutes: a plain run's first signal stops it
+there and then (``StoppedBeforeTraining``), with its summary written.
 
 Under torchrun or accelerate (several processes), a signal to any one rank stops them all at the
 same step: ``callbacks.StopCallback`` shares the request (``ranks.largest``) at each step's end.
@@ -40,6 +44,10 @@ LAUNCHER_REPEAT_S = 1.0
 LAUNCHED_BY = "TORCHELASTIC_RUN_ID"  # set by torchrun and accelerate launch for the processes they start
 
 
+class StoppedBeforeTraining(KeyboardInterrupt):
+    """A stop signal that came before training started: the load in progress is abandoned."""
+
+
 class StopRequest:
     """Which signal asked the job to stop (None while nobody has)."""
 
@@ -48,6 +56,14 @@ class StopRequest:
         self.previous: dict[int, Any] = {}
         self.at = 0.0  # when the signal came (time.monotonic)
         self.launched = LAUNCHED_BY in os.environ
+        # Until training starts, a plain run stops at once. Launched ranks keep to the flag: they
+        # agree on a stop at the stage's start (``ranks.largest``), so none is left waiting for another.
+        self.at_once = not self.launched
+
+    def defer(self) -> None:
+        """From the first step on (and through the saves after the last): a signal waits for the end
+        of the step, which checkpoints."""
+        self.at_once = False
 
     @property
     def exit_code(self) -> int:
@@ -90,6 +106,9 @@ class StopRequest:
                 return  # the launcher passing on the signal this process already has
             raise KeyboardInterrupt  # the second signal: stop now
         self.signum, self.at = signum, time.monotonic()
+        if self.at_once:
+            log.warning("%s received before training started: stopping now", signal.Signals(signum).name)
+            raise StoppedBeforeTraining
         if _primary():
             log.warning(
                 "%s received: stopping after this step with a checkpoint (press Ctrl-C again to stop at once)",
