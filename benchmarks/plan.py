@@ -1,33 +1,40 @@
-"""The memory plan against measurements: predicted vs measured peak of a few GRPO steps on the CPU.
+"""The memory plan against measurements: predicted vs measured peak of a few GRPO steps on the CPU,
+and against GPU runs others published.
 
-Each row is a real job (``run.py``, the same code path as any run) in a subprocess of its own:
+Each CPU row is a real job (``run.py``, the same code path as any run) in a subprocess of its own:
 the embedded tiny model, and randomly initialised models of Qwen2.5-0.5B's shape (all 24 layers,
 or 4 of them), fully fine-tuned or with LoRA, with and without gradient checkpointing. The job
 writes its own ``plan.json`` at its start (``grpo_exp.memory.estimate.memory_plan`` on its spec); the
-prediction is that file's ``peak_bytes``.
+prediction is that file's ``peak_bytes``, which counts the whole process (its libraries too).
 
 The measurement: the child process imports torch, transformers, TRL, peft and datasets, reads its
-resident set (``VmRSS``, the baseline), runs ``run.py`` in-process, and reads its peak resident
-set (``VmHWM``) at the end; measured = peak - baseline. glibc's malloc keeps freed memory of
-mid-sized blocks for reuse, so the child runs with ``MALLOC_MMAP_THRESHOLD_`` fixed at 64 KiB
-(every tensor of any size is its own mapping, returned when freed) and ``MALLOC_ARENA_MAX=2``;
-the RSS then follows the live tensors plus the Python heap.
+resident set (``VmRSS``: the libraries), runs ``run.py`` in-process, and reads its peak resident
+set (``VmHWM``) at the end: that peak, the whole process's, is the measured figure. glibc's malloc
+keeps freed memory of mid-sized blocks for reuse, so the child runs with ``MALLOC_MMAP_THRESHOLD_``
+fixed at 64 KiB (every tensor of any size is its own mapping, returned when freed) and
+``MALLOC_ARENA_MAX=2``, except in the rows named "plain malloc" (the job as a user runs it).
 
 The random models generate with the tiny model's tokenizer (ids beyond its vocabulary decode to
 nothing); they never say end-of-sequence, so every completion runs to its limit, the plan's worst
-case. Prompts are held to ``dataset.max_prompt_tokens=30`` (the shipped prompts are 20-43 tokens
-with this tokenizer), the length the plan assumes for every prompt.
+case. The plan takes the shipped prompts' longest (43 tokens with this tokenizer) as every prompt.
+
+``--published`` plans the GPU runs in ``PUBLISHED`` (settings re-entered as overrides, no training)
+and prints them beside the figures their authors published.
 
 Usage::
 
-    .venv/bin/python benchmarks/plan.py              # every row (about 15 min on 2 busy cores), prints the table
+    .venv/bin/python benchmarks/plan.py              # every CPU row (about 15 min on 2 busy cores), prints the table
     .venv/bin/python benchmarks/plan.py --rows tiny  # rows whose name contains "tiny"
-    .venv/bin/python benchmarks/plan.py --calibrate  # the activation constants, measured again (seconds)
+    .venv/bin/python benchmarks/plan.py --published  # the published GPU runs against their plans (seconds, once cached)
+    .venv/bin/python benchmarks/plan.py --libraries  # the resident set of the imported libraries (CPU_LIBRARIES)
+    .venv/bin/python benchmarks/plan.py --calibrate  # each shipped shape's layer measured again (minutes)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import platform
@@ -51,7 +58,6 @@ SHORT_JOB = [
     "grpo.save_steps=0",
     "dataset.eval_fraction=0",
     "grpo.max_steps=2",  # step 2 is the first with optimizer states during the backward
-    "dataset.max_prompt_tokens=30",
     "threads=2",
 ]
 QWEN_SHAPE = "qwen2_5_0_5b_instruct"
@@ -60,6 +66,10 @@ QWEN_SHAPE = "qwen2_5_0_5b_instruct"
 ROWS: dict[str, tuple[int | None, list[str]]] = {
     # the warmed-up tiny model ends its replies early: min_new_tokens holds them to the plan's length
     "tiny, full, no checkpointing (the default job)": (None, ["grpo.generation_kwargs={min_new_tokens: 48}"]),
+    "tiny, full, no checkpointing (the default job), plain malloc": (
+        None,
+        ["grpo.generation_kwargs={min_new_tokens: 48}"],
+    ),
     "Qwen2.5-0.5B shape (24 layers), full, checkpointing, beta 0": (
         24,
         ["grpo.num_generations=2", "grpo.prompts_per_step=1", "grpo.max_completion_length=16", "grpo.beta=0"],
@@ -160,7 +170,7 @@ def measure(name: str, layers: int | None, overrides: list[str], work: Path) -> 
     model = [] if layers is None else ["model=qwen2_5_0_5b_instruct", f"model.name_or_path={random_model(layers)}"]
     argv = [*model, *SHORT_JOB, *overrides, checkpointing(name), f"hydra.run.dir={folder}"]
     result = work / "result.json"
-    env = {**os.environ, **MALLOC_ENV, "WANDB_MODE": "disabled"}
+    env = {**os.environ, "WANDB_MODE": "disabled"} | ({} if "plain malloc" in name else MALLOC_ENV)
     start = time.perf_counter()
     run = subprocess.run(
         [sys.executable, __file__, "--child", str(result), *argv], cwd=ROOT, env=env, capture_output=True, text=True
@@ -170,81 +180,194 @@ def measure(name: str, layers: int | None, overrides: list[str], work: Path) -> 
         raise RuntimeError(f"{name}: the job failed:\n{run.stderr[-3000:]}")
     figures = json.loads(result.read_text())
     plan = json.loads((folder / "plan.json").read_text())
-    measured = figures["peak"] - figures["baseline"]
+    measured = figures["peak"]  # the whole process: its libraries, heap and tensors
     return {
         "name": name,
         "command": "python run.py " + " ".join(a for a in argv if not a.startswith("hydra.run.dir")),
         "predicted": plan["peak_bytes"],
         "phase": plan["peak_phase"],
         "measured": measured,
+        "libraries": figures["baseline"],
         "error": plan["peak_bytes"] / measured - 1,
         "seconds": seconds,
         "items": plan["items"],
     }
 
 
-# Layer shapes (hidden, MLP, heads, key/value heads) the activation constants are checked on.
-CALIBRATION_BATCH = 2
-CALIBRATION_LENGTHS = (64, 128)  # tokens per sequence
-CALIBRATION_SHAPES = [
-    (128, 256, 4, 2),
-    (256, 256, 4, 2),
-    (128, 512, 4, 2),
-    (128, 256, 8, 2),
-    (128, 256, 4, 4),
-    (896, 4864, 14, 2),
+def calibrate() -> None:
+    """Each shipped shape's decoder layer measured again in every mode (``memory.activations``,
+    bypassing the cache): bytes saved per token by one layer, and by the model outside its layers.
+    tests/test_activations.py holds these against a deeper, longer batch of each family."""
+    from grpo_exp.memory.activations import MODES, measure
+    from grpo_exp.memory.architectures import shipped_configs
+
+    print("| model (shape) | mode | bytes/token, one layer | outside the layers | s |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, path in shipped_configs().items():
+        config = json.loads(path.read_text(encoding="utf-8"))
+        for mode in MODES:
+            start = time.perf_counter()
+            layer, outside = measure(config, mode)
+            print(
+                f"| {name} | {mode} | {layer:,.0f} | {outside:,.0f} | {time.perf_counter() - start:.1f} |", flush=True
+            )
+
+
+def libraries() -> None:
+    """The resident set of a fresh process once it has imported what a job imports (CPU_LIBRARIES)."""
+    code = (
+        "import datasets, peft, torch, transformers, trl, grpo_exp.training.trainer; from pathlib import Path; "
+        "print(next(int(l.split()[1]) * 1024 for l in Path('/proc/self/status').read_text().splitlines() "
+        "if l.startswith('VmRSS:')))"
+    )
+    figures = []
+    for env in ({}, MALLOC_ENV):
+        run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, **env}, capture_output=True)
+        figures.append(int(run.stdout.decode().split()[-1]))
+    print(f"libraries resident: {figures[0] / (1 << 20):,.0f} MiB (plain malloc), {figures[1] / (1 << 20):,.0f} MiB")
+
+
+# GPU runs others published, their settings re-entered as overrides of this project's jobs.
+# T4: TRL's notebook examples/notebooks/grpo_trl_lora_qlora.ipynb (PR 4660), on a Colab T4 in fp16.
+NOTEBOOK = [
+    "model=qwen2_5_0_5b_instruct",
+    "model.lora.enabled=true",
+    "model.lora.r=32",
+    "model.lora.alpha=32",
+    "model.lora.dropout=0",
+    "model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]",
+    "model.quantization.load_in_4bit=true",
+    "grpo.fp16=true",
+    "grpo.bf16=false",
+    "grpo.per_device_train_batch_size=8",
+    "grpo.num_generations=8",
+    "grpo.max_completion_length=256",
+    "dataset.max_prompt_tokens=256",  # NuminaMath-TIR with a system prompt, not read: planned at a cap
+    "optimizer.name=paged_adamw_8bit",
+    "grpo.gradient_checkpointing=true",
+    "grpo.beta=0",
+    "grpo.use_vllm=false",
+    "dataset.eval_fraction=0",
+]
+T4 = ["--gpu-memory", "14.74GiB"]
+NOTEBOOK_SOURCE = "TRL notebook grpo_trl_lora_qlora.ipynb"
+ISSUE_2972 = [
+    "--gpu-memory",
+    "94.99GiB",
+    "--launcher",
+    "ddp",
+    "--processes",
+    "3",
+    "model=qwen2_5_0_5b_instruct",
+    "model.name_or_path=Qwen/Qwen2.5-7B-Instruct",
+    "model.master_weights=bfloat16",
+    "grpo.num_generations=6",
+    "grpo.per_device_train_batch_size=2",
+    "dataset.max_prompt_tokens=256",
+    "grpo.max_completion_length=512",
+    "grpo.beta=0.04",
+    "grpo.gradient_checkpointing=false",
+    "dataset.eval_fraction=0",
+    "optimizer.name=adamw_torch",  # transformers' default then (4.48): torch's foreach AdamW
+]
+# (source, run, overrides, published GiB or None, what was published)
+PUBLISHED: list[tuple[str, str, list[str], float | None, str]] = [
+    (
+        NOTEBOOK_SOURCE + ", its memory cell after 500 steps",
+        "Qwen2-7B-Instruct QLoRA, T4",
+        [*T4, *NOTEBOOK, "model.name_or_path=Qwen/Qwen2-7B-Instruct"],
+        8.832,
+        "max_memory_reserved",
+    ),
+    (
+        NOTEBOOK_SOURCE + ", its model list",
+        "Qwen2.5-7B-Instruct QLoRA, T4",
+        [*T4, *NOTEBOOK, "model.name_or_path=Qwen/Qwen2.5-7B-Instruct"],
+        9.2,
+        "'~9.2GB VRAM' (measure not named)",
+    ),
+    (
+        NOTEBOOK_SOURCE + ", its model list",
+        "Llama-3.1-8B-Instruct QLoRA, T4",
+        [*T4, *NOTEBOOK, "model.name_or_path=meta-llama/Llama-3.1-8B-Instruct"],
+        9.5,
+        "'~9.5GB VRAM' (measure not named)",
+    ),
+    (
+        NOTEBOOK_SOURCE + ", its model list",
+        "Qwen3-8B QLoRA, T4",
+        [*T4, *NOTEBOOK, "model.name_or_path=Qwen/Qwen3-8B"],
+        9.9,
+        "'~9.9GB VRAM' (measure not named)",
+    ),
+    (
+        NOTEBOOK_SOURCE + ", its model list",
+        "Llama-3.2-3B-Instruct QLoRA, T4",
+        [*T4, *NOTEBOOK, "model.name_or_path=meta-llama/Llama-3.2-3B-Instruct"],
+        5.7,
+        "'~5.7GB VRAM' (measure not named)",
+    ),
+    (
+        NOTEBOOK_SOURCE + ", its model list",
+        "Qwen3-14B QLoRA, T4",
+        [*T4, *NOTEBOOK, "model.name_or_path=Qwen/Qwen3-14B"],
+        None,
+        "out of memory",
+    ),
+    (
+        "trl issue 2972 (PR 2776)",
+        "Qwen2.5-7B full fine-tune, bf16 weights and Adam states, DDP on 3 H20",
+        ISSUE_2972,
+        None,
+        "out of memory in AdamW's _foreach_sqrt at 92.4 GiB allocated, 1.85 GiB outside PyTorch",
+    ),
 ]
 
 
-def calibrate() -> None:
-    """Where ``memory.LAYER_ACTIVATIONS`` and ``CPU_TILE_TEMPORARIES`` come from, measured again.
+def published() -> list[dict]:
+    """Each published run planned again, beside its published figure."""
+    from grpo_exp.plan.__main__ import main as plan_main
 
-    Activations: the bytes a stack of Qwen2 layers saves for the backward pass (torch's saved-tensor
-    hooks, each storage once), per token per layer, in fp32 and under bf16 autocast: the difference
-    between 3 layers and 1 at 128 tokens per sequence minus the same at 64, so that the weights (and
-    autocast's 16-bit copies of them), saved once whatever the length, cancel out."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from grpo_exp.memory import estimate as memory
-
-    def saved_bytes(shape: tuple[int, int, int, int], layers: int, length: int, autocast: bool) -> int:
-        hidden, inner, heads, kv_heads = shape
-        config = Qwen2Config(
-            vocab_size=1000,
-            hidden_size=hidden,
-            intermediate_size=inner,
-            num_hidden_layers=layers,
-            num_attention_heads=heads,
-            num_key_value_heads=kv_heads,
+    rows = []
+    for source, run, argv, figure, what in PUBLISHED:
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            assert plan_main(["--json", *argv]) == 0
+        plan = json.loads(buffer.getvalue())
+        outside = sum(v for k, v in plan["items"].items() if k.startswith("runtime"))
+        rows.append(
+            {
+                "source": source,
+                "run": run,
+                "overrides": argv,
+                "published_gib": figure,
+                "published": what,
+                "plan_bytes": plan["peak_bytes"],
+                "plan_pytorch_bytes": plan["peak_bytes"] - outside,  # what max_memory_reserved can see
+                "phase": plan["peak_phase"],
+                "verdict": plan["verdict"],
+                "share": plan["peak_bytes"] / plan["memory_bytes"],
+                "items": plan["items"],
+            }
         )
-        model = Qwen2ForCausalLM(config).train()
-        seen: dict[int, int] = {}
+    return rows
 
-        def pack(tensor: torch.Tensor) -> torch.Tensor:
-            storage = tensor.untyped_storage()
-            seen[storage.data_ptr()] = storage.nbytes()
-            return tensor
 
-        ids = torch.randint(0, 1000, (CALIBRATION_BATCH, length))
-        hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-        with hooks, torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            model.model(input_ids=ids, use_cache=False)
-        return sum(seen.values())
-
-    short, long = CALIBRATION_LENGTHS
-    print("| shape (hidden, MLP, heads, kv heads) | dtype | measured bytes/token/layer | constants |")
-    print("| --- | --- | --- | --- |")
-    for shape in CALIBRATION_SHAPES:
-        for autocast, key in ((False, memory.FP32), (True, memory.HALF)):
-            per_length = [
-                saved_bytes(shape, 3, n, autocast) - saved_bytes(shape, 1, n, autocast) for n in (short, long)
-            ]
-            per_layer = (per_length[1] - per_length[0]) / 2 / (CALIBRATION_BATCH * (long - short))
-            h, i, heads, kv = shape
-            per_h, per_i, per_kv, per_head, const = memory.LAYER_ACTIVATIONS[key]
-            predicted = per_h * h + per_i * i + per_kv * kv * (h // heads) + per_head * heads + const
-            print(f"| {shape} | {'bf16 autocast' if autocast else 'fp32'} | {per_layer:,.0f} | {predicted:,} |")
+def published_table(rows: list[dict]) -> str:
+    gib = 1 << 30
+    lines = [
+        "| source | run | published peak | plan: whole (phase) | plan: in PyTorch | ratio | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        figure = row["published_gib"]
+        shown = row["published"] if figure is None else f"{figure:.2f} GiB, {row['published']}"
+        ratio = "" if figure is None else f"{row['plan_pytorch_bytes'] / gib / figure:.2f}"
+        lines.append(
+            f"| {row['source']} | {row['run']} | {shown} | {row['plan_bytes'] / gib:.2f} GiB ({row['phase']}) "
+            f"| {row['plan_pytorch_bytes'] / gib:.2f} GiB | {ratio} | {row['verdict']} ({row['share']:.0%}) |"
+        )
+    return "\n".join(lines)
 
 
 def table(rows: list[dict]) -> str:
@@ -269,10 +392,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="", help="only rows whose name contains this")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "plan.json"), help="raw results (JSON)")
-    parser.add_argument("--calibrate", action="store_true", help="measure the activation constants again, and stop")
+    parser.add_argument("--calibrate", action="store_true", help="measure each shipped shape's layer again, and stop")
+    parser.add_argument("--libraries", action="store_true", help="measure the imported libraries' resident set")
+    parser.add_argument("--published", action="store_true", help="plan the published GPU runs (no training)")
     args = parser.parse_args()
     if args.calibrate:
         calibrate()
+        return
+    if args.libraries:
+        libraries()
+        return
+    out = Path(args.out)
+    record = json.loads(out.read_text()) if out.is_file() else {}
+    if args.published:
+        found = published()
+        out.write_text(json.dumps(record | {"published": found}, indent=2) + "\n")
+        print(published_table(found))
         return
     rows = []
     for name, (layers, overrides) in ROWS.items():
@@ -286,7 +421,7 @@ def main() -> None:
             f"({row['error']:+.1%}), {row['seconds']:.0f} s",
             flush=True,
         )
-    Path(args.out).write_text(json.dumps({"machine": platform.platform(), "rows": rows}, indent=2) + "\n")
+    out.write_text(json.dumps(record | {"machine": platform.platform(), "rows": rows}, indent=2) + "\n")
     print(table(rows))
 
 

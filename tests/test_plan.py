@@ -68,12 +68,18 @@ def test_shipped_counts_match_the_meta_device(name):
 
 
 def test_published_sizes():
-    """The shipped configs give the published models' sizes (Qwen2.5-0.5B: 494M; Mistral-7B v0.3: 7.25B)."""
+    """The shipped configs give the published models' sizes (their model cards' counts)."""
     sizes = {name: from_config(json.loads(path.read_text())).parameters for name, path in shipped_configs().items()}
     assert sizes["Qwen/Qwen2.5-0.5B-Instruct"] == 494_032_768
     assert sizes["Qwen/Qwen2.5-1.5B-Instruct"] == 1_543_714_304
     assert sizes["mistralai/Mistral-7B-Instruct-v0.3"] == 7_248_023_552
     assert sizes["codellama/CodeLlama-7b-Instruct-hf"] == 6_738_546_688
+    assert sizes["Qwen/Qwen2-7B-Instruct"] == sizes["Qwen/Qwen2.5-7B-Instruct"] == 7_615_616_512
+    assert sizes["Qwen/Qwen3-0.6B"] == 596_049_920  # Qwen3: q/k norms, queries wider than the hidden size
+    assert sizes["Qwen/Qwen3-8B"] == 8_190_735_360
+    assert sizes["Qwen/Qwen3-14B"] == 14_768_307_200
+    assert sizes["meta-llama/Llama-3.1-8B-Instruct"] == 8_030_261_248
+    assert sizes["meta-llama/Llama-3.2-3B-Instruct"] == 3_212_749_824
 
 
 @pytest.mark.parametrize(

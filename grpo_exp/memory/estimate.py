@@ -63,7 +63,7 @@ FITS, TIGHT, NO_FIT = "fits", "tight", "does not fit"
 # (torch, transformers, TRL, peft, datasets, the trainer: the resident set after importing them,
 # measured by benchmarks/plan.py --libraries), and the Python heap of the trainer, the data and the
 # tokenizer beyond them (the tiny job's peak minus its tensors and its libraries).
-CPU_LIBRARIES = 508 * MIB
+CPU_LIBRARIES = 509 * MIB
 CPU_HEAP = 56 * MIB
 # vLLM's CUDA graphs take memory beyond grpo.vllm_gpu_memory_utilization (vLLM issue 7553:
 # about 1.7 GiB on a 7B model); sleep mode frees only what vLLM allocated in its own pool (the
@@ -230,9 +230,8 @@ def plan_architecture(cfg: ExperimentConfig, arch: Architecture, target: Target)
         "activations": sizes.acts.to_dict(),
         "adapter_dtype": sizes.adapter_dtype if sizes.lora else None,
     }
-    return MemoryPlan(
-        cfg.model.name_or_path, arch, sizes.trainable, target, tuple(phases), tuple(sizes.notes), inputs=inputs
-    )
+    notes = tuple(dict.fromkeys(sizes.notes))  # once each, though several phases may add one
+    return MemoryPlan(cfg.model.name_or_path, arch, sizes.trainable, target, tuple(phases), notes, inputs=inputs)
 
 
 @dataclass
