@@ -91,6 +91,9 @@ def render() -> str:
         lines.append(f"{name} = StrEnum({name!r}, {{v: v for v in {values!r}}})")
     lines += [
         "",
+        "# The releases these fields come from; older ones in pyproject's range lack a few (training/trl_fields.py).",
+        f"GENERATED_FROM: dict[str, str] = {dict(trl=trl.__version__, transformers=transformers.__version__)!r}",
+        "",
         "# GRPOConfig fields OmegaConf cannot type; not settable from the config.",
         f"NOT_EXPOSED: tuple[str, ...] = {tuple(skipped)!r}",
         "",

@@ -38,6 +38,9 @@ VllmImportanceSamplingMode = StrEnum(
     "VllmImportanceSamplingMode", {v: v for v in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")}
 )
 
+# The releases these fields come from; older ones in pyproject's range lack a few (training/trl_fields.py).
+GENERATED_FROM: dict[str, str] = {"trl": "1.16.0", "transformers": "5.24.0"}
+
 # GRPOConfig fields OmegaConf cannot type; not settable from the config.
 NOT_EXPOSED: tuple[str, ...] = ("parallelism_config",)
 
