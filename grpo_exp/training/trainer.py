@@ -33,6 +33,7 @@ from grpo_exp.config.trl_schema import TrlGrpoFields
 from grpo_exp.folder import JobFolder
 from grpo_exp.spec import JobSpec
 from grpo_exp.tracking.monitor import HealthMonitor
+from grpo_exp.training import trl_fields
 from grpo_exp.training.callbacks import (
     CheckpointSeal,
     FinalEvaluation,
@@ -182,7 +183,8 @@ def grpo_config(
         fields.update(per_device_eval_batch_size=batch.eval_batch(settings, held_out, layout.processes))
     else:
         fields.update(eval_strategy="no", eval_on_start=False)
-    return GRPOConfig(**fields)
+    known = {f.name for f in dataclasses.fields(GRPOConfig) if f.init}
+    return GRPOConfig(**trl_fields.accepted(fields, known))
 
 
 def _plain(value: Any) -> Any:
