@@ -70,6 +70,17 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def sharding() -> str | None:
+    """How accelerate launch shards the job: "fsdp", "zero2" or "zero3" (DeepSpeed), None for neither.
+
+    accelerate passes its config file's choice to the processes it starts in these variables."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        return "fsdp"
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        return f"zero{os.environ.get('ACCELERATE_DEEPSPEED_ZERO_STAGE', '')}"
+    return None
+
+
 def driver_present() -> bool:
     """Whether a GPU driver (NVIDIA's, or AMD's ROCm) is installed, whatever torch can do with it."""
     nvidia = (_NVIDIA_GPUS.is_dir() and any(_NVIDIA_GPUS.iterdir())) or shutil.which("nvidia-smi") is not None

@@ -6,6 +6,7 @@ says what torch would report); what a real GPU does with it is benchmarks/gpu_ch
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from types import SimpleNamespace
 
@@ -62,6 +63,92 @@ def test_qlora_computes_in_the_autocast_dtype(settings, monkeypatch):
         assert layout.precision.dtype == dtype
         assert check_hardware(qlora, layout) == []
         assert f"{layout.precision.value} compute, 4-bit weights" in layout.describe()
+
+
+def test_the_qlora_adapter_trains_in_float32_under_fp16_autocast(settings, monkeypatch):
+    """Issue 27, finding 2: on a T4, TRL's bf16 adapter crashed the fp16 grad scaler at the first step."""
+    monkeypatch.setattr(hardware, "installed", lambda name: True)
+    qlora = settings(MISTRAL, "+recipe=low_memory")
+    t4, a100 = decide(qlora, T4), decide(qlora, A100)
+    assert (t4.adapter_dtype, a100.adapter_dtype) == ("float32", "bfloat16")
+    assert t4.describe().endswith("fp16 compute, 4-bit weights, float32 adapter")
+    assert a100.describe().endswith("bf16 compute, 4-bit weights, bfloat16 adapter")
+    assert decide(settings(QWEN, "model.lora.enabled=true"), A100).adapter_dtype == "float32"
+
+
+def test_keep_adapter_dtype_undoes_trls_bf16_cast(settings, monkeypatch):
+    """A real peft model, its adapter cast to bf16 as TRL casts a 4-bit model's; the T4 layout puts it back."""
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from grpo_exp import models
+
+    monkeypatch.setattr(hardware, "installed", lambda name: True)
+    tiny = settings("model.lora.enabled=true")
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(models.model_path(tiny.model)), models.lora_config(tiny.model)
+    )
+    for param in model.parameters():
+        if param.requires_grad:
+            param.data = param.data.to(torch.bfloat16)  # grpo_trainer.py, for a quantized model
+    qlora = settings(MISTRAL, "+recipe=low_memory")
+    assert models.keep_adapter_dtype(model, decide(qlora, A100)) == 0  # bf16 autocast: TRL's bf16 stays
+    changed = models.keep_adapter_dtype(model, decide(qlora, T4))
+    trained = [p.dtype for p in model.parameters() if p.requires_grad]
+    frozen = {p.dtype for p in model.parameters() if not p.requires_grad}
+    assert changed == len(trained) > 0 and set(trained) == {torch.float32} and frozen == {torch.float32}
+
+
+def test_trl_still_casts_a_quantized_models_adapter_to_bf16():
+    """The reason for keep_adapter_dtype, read in TRL's source (importing trl takes seconds): if this
+    fails, TRL changed its QLoRA dtypes, and config/layout.py's adapter policy needs a new look."""
+    import importlib.util
+    from pathlib import Path
+
+    source = Path(importlib.util.find_spec("trl").origin).parent / "trainer" / "grpo_trainer.py"
+    text = source.read_text()
+    assert "if _is_quantized_model:" in text and "param.data = param.data.to(torch.bfloat16)" in text
+
+
+def test_qlora_is_refused_under_zero3_and_fsdp(settings, monkeypatch):
+    """Issue 27, finding 5: transformers refuses the 4-bit device_map under ZeRO-3; FSDP needs another storage."""
+    monkeypatch.setattr(hardware, "installed", lambda name: True)
+    for name, value in (("WORLD_SIZE", "2"), ("LOCAL_WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    qlora = settings(MISTRAL, "+recipe=low_memory")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    with pytest.raises(UserError, match=r"4-bit weights \(QLoRA\) under DeepSpeed ZeRO-3 .*accelerate/ddp.yaml"):
+        check_hardware(qlora, decide(qlora, V100_X2))
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    assert check_hardware(qlora, decide(qlora, V100_X2)) == []
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    with pytest.raises(UserError, match=r"under FSDP \(accelerate/fsdp.yaml\)"):
+        check_hardware(qlora, decide(qlora, V100_X2))
+
+
+def test_the_layout_line_says_what_deepspeed_and_fp16_really_do(settings, monkeypatch):
+    """Issue 27, finding 8: DeepSpeed's line said float32 weights; grpo.fp16 on an A100 blamed "no native bf16"."""
+    monkeypatch.setattr(hardware, "installed", lambda name: True)
+    for name, value in (("WORLD_SIZE", "2"), ("LOCAL_WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    a100_x2 = dataclasses.replace(A100, gpus=2)
+    line = decide(settings(QWEN), a100_x2).describe()
+    assert line.endswith("2 processes: bf16 compute, bfloat16 weights, float32 master copy (DeepSpeed)"), line
+    lora = decide(settings(QWEN, "model.lora.enabled=true"), a100_x2)
+    assert lora.adapter_dtype == "bfloat16", "ZeRO-3 keeps a LoRA adapter in the base's dtype (TRL)"
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK", "LOCAL_RANK", "ACCELERATE_USE_DEEPSPEED"):
+        monkeypatch.delenv(name)
+    fp16 = decide(settings(QWEN, "grpo.fp16=true", "model.lora.enabled=true"), A100)
+    assert "model.dtype=bfloat16 under grpo.fp16=true: loading float16" in fp16.notes
+    vllm = settings(QWEN, "grpo.fp16=true", "grpo.use_vllm=true")
+    monkeypatch.setattr("grpo_exp.config.layout.metadata.version", lambda name: "0.31.0")
+    with pytest.raises(UserError, match=r"grpo.use_vllm=true with fp16 compute: vLLM generates in the model's bf16"):
+        check_hardware(vllm, decide(vllm, A100))
 
 
 def test_the_cpu_trains_in_float32(settings):

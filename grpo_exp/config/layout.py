@@ -9,12 +9,20 @@ The precision policy (README "Real models on a GPU", conf/model/*.yaml next to `
 autocast is bf16 on a GPU with native bf16, fp16 (with a grad scaler) from compute capability 7.0,
 and fp32 below that and on the CPU (where ``grpo.bf16=true`` asks for bf16):
 
-| training | weights it updates | frozen weights (LoRA base, reference model) |
+| training | weights it updates | frozen weights (LoRA base, reference) |
 |---|---|---|
 | full fine-tuning, GPU | all, float32 (the master copy) | the autocast dtype |
-| LoRA, GPU | the adapter, float32 | ``model.dtype`` (``auto``: the autocast dtype) |
-| QLoRA, GPU | the adapter, float32 | 4-bit, computing in the autocast dtype |
+| full fine-tuning, DeepSpeed | all, autocast dtype (DeepSpeed's float32 master copy) | the autocast dtype |
+| LoRA, GPU | the adapter, float32 (ZeRO-3: the base's dtype, as TRL keeps it) | ``model.dtype`` (auto: autocast) |
+| QLoRA, GPU | the adapter, bf16 under bf16 autocast (TRL's cast), else float32 | 4-bit, computing in autocast |
 | any, CPU | float32 | float32 |
+
+The QLoRA adapter: TRL 1.16 casts a 4-bit model's trainable weights to bf16 (the QLoRA paper's
+choice). Under fp16 autocast (a T4 or V100) the grad scaler then fails at the first step (CUDA's
+unscale kernel has no bf16 version, TRL issue 4901), so there the adapter goes back to float32
+(``models.keep_adapter_dtype``). The 4-bit base's other weights (embeddings, norms, lm_head) stay in
+the compute dtype, as TRL's own QLoRA leaves them: peft's ``prepare_model_for_kbit_training`` would
+upcast them to float32, about 2 GiB more on a 7B model for no measured gain.
 
 Pure 16-bit training (weights, gradients and Adam states all bf16) is never chosen for you: at the
 learning rates GRPO uses, most updates are smaller than half a bf16 step and round away. A user who
@@ -37,6 +45,9 @@ from grpo_exp.hardware import Machine
 FP16_MIN_CAPABILITY = (7, 0)  # fp16 tensor cores from Volta on; below, fp32 runs as fast and never overflows
 VLLM_RANGE = ("0.22.0", "0.31.0")  # the vLLM releases TRL 1.16 accepts (trl/import_utils.py)
 _SIXTEEN_BIT = ("bfloat16", "float16")
+# Sharded launches a 4-bit base can't take: transformers refuses a 4-bit device_map under ZeRO-3's
+# init, and FSDP would need the 4-bit storage in the compute dtype (bnb_4bit_quant_storage).
+SHARDED_4BIT = {"zero3": "DeepSpeed ZeRO-3 (accelerate/zero3.yaml)", "fsdp": "FSDP (accelerate/fsdp.yaml)"}
 GPU_TORCH_ADVICE = "make setup TORCH=torch"  # how to replace a CPU-only torch (the Makefile's GPU set-up)
 
 
@@ -66,7 +77,11 @@ class Layout:
     gpu_index: int = 0  # that GPU among the ones visible when the job was decided (what the layout line says)
     gpu_name: str | None = None
     gpus_visible: int = 0  # GPUs torch saw, before a plain run kept its own
+    gpu_memory_bytes: int | None = None  # the training GPU's memory (a parallel sweep packs its jobs by it)
     quantized: bool = False  # a 4-bit base (QLoRA); weight_dtype is then that of its unquantized parts
+    adapter_dtype: str | None = None  # what a LoRA adapter trains in (None without LoRA)
+    native_bf16: bool = False  # the GPU computes bf16 in hardware (whatever the job chose)
+    sharding: str | None = None  # accelerate's "fsdp", "zero2" or "zero3"; None for neither
     rocm: bool = False  # an AMD GPU (ROCm), which torch drives as "cuda"
     notes: tuple[str, ...] = ()  # what the decision changed from the config, one line each
 
@@ -97,11 +112,24 @@ class Layout:
         """The decision as the one line a job prints at its start."""
         where = f"GPU {self.gpu_index} ({self.gpu_name}{', ROCm' if self.rocm else ''})" if self.gpu else "the CPU"
         processes = "1 process" if self.processes == 1 else f"{self.processes} processes"
-        weights = "4-bit" if self.quantized else self.weight_dtype
+        if self.quantized:
+            weights = f"4-bit weights, {self.adapter_dtype} adapter"
+        elif self.adapter_dtype is not None:
+            weights = f"{self.weight_dtype} weights, {self.adapter_dtype} adapter"
+        elif self.deepspeed_master:
+            weights = f"{self.precision.dtype} weights, float32 master copy (DeepSpeed)"
+        else:
+            weights = f"{self.weight_dtype} weights"
+        reference = self.precision.dtype if self.deepspeed_master else self.weight_dtype
         return (
-            f"training on {where}, {processes}: {self.precision.value} compute, {weights} weights"
-            f"{'' if self.reference_dtype == self.weight_dtype else f', {self.reference_dtype} reference'}"
+            f"training on {where}, {processes}: {self.precision.value} compute, {weights}"
+            f"{'' if self.reference_dtype == reference else f', {self.reference_dtype} reference'}"
         )
+
+    @property
+    def deepspeed_master(self) -> bool:
+        """DeepSpeed trains every weight in the 16-bit autocast dtype and keeps the float32 copy in its optimizer."""
+        return bool(self.sharding and self.sharding.startswith("zero")) and self.precision is not Precision.fp32
 
     def record(self) -> dict[str, object]:
         """The decision as run_info.json records it."""
@@ -142,8 +170,9 @@ def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
             f"(--nproc_per_node {found.gpus}), or device=cpu"
         )
     precision = _precision(cfg, found, gpu)
-    frozen = _frozen_dtype(cfg, precision, gpu, notes)
+    frozen = _frozen_dtype(cfg, precision, gpu, found, notes)
     trains_every_weight = not cfg.model.lora.enabled
+    sharding = hardware.sharding() if processes > 1 else None
     return Layout(
         device="cuda" if gpu else "cpu",
         precision=precision,
@@ -156,7 +185,11 @@ def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
         gpu_index=index if gpu else 0,
         gpu_name=found.name if gpu else None,
         gpus_visible=found.gpus,
+        gpu_memory_bytes=found.memory_bytes if gpu else None,
         quantized=cfg.model.quantization.load_in_4bit,
+        adapter_dtype=None if trains_every_weight else _adapter_dtype(cfg, precision, frozen, sharding, gpu),
+        native_bf16=gpu and found.native_bf16,
+        sharding=sharding,
         rocm=gpu and found.rocm,
         notes=tuple(notes),
     )
@@ -191,7 +224,16 @@ def _precision(cfg: ExperimentConfig, found: Machine, gpu: bool) -> Precision:
     return Precision.fp16 if (found.capability or (0, 0)) >= FP16_MIN_CAPABILITY else Precision.fp32
 
 
-def _frozen_dtype(cfg: ExperimentConfig, precision: Precision, gpu: bool, notes: list[str]) -> str:
+def _adapter_dtype(cfg: ExperimentConfig, precision: Precision, frozen: str, sharding: str | None, gpu: bool) -> str:
+    """The dtype a LoRA adapter trains in: float32, except where TRL's choice holds (see the module docstring)."""
+    if cfg.model.quantization.load_in_4bit:
+        return "bfloat16" if precision is Precision.bf16 else "float32"
+    if gpu and sharding == "zero3":  # ZeRO-3 gathers parameters in one dtype: TRL keeps the base's
+        return frozen
+    return "float32"
+
+
+def _frozen_dtype(cfg: ExperimentConfig, precision: Precision, gpu: bool, found: Machine, notes: list[str]) -> str:
     """The dtype of weights that never train: ``model.dtype``, within what the device computes."""
     wanted = cfg.model.dtype
     if not gpu or precision is Precision.fp32:
@@ -202,7 +244,8 @@ def _frozen_dtype(cfg: ExperimentConfig, precision: Precision, gpu: bool, notes:
     if wanted == "auto":
         return precision.dtype
     if wanted == "bfloat16" and precision is Precision.fp16:
-        notes.append("model.dtype=bfloat16 on a GPU without native bf16: loading float16")
+        why = "under grpo.fp16=true" if found.native_bf16 else "on a GPU without native bf16"
+        notes.append(f"model.dtype=bfloat16 {why}: loading float16")
         return "float16"
     return wanted
 
@@ -232,6 +275,11 @@ def check_hardware(cfg: ExperimentConfig, layout: Layout) -> list[str]:
     quant, g = cfg.model.quantization, cfg.grpo
     if quant.load_in_4bit and not layout.gpu:
         raise UserError("4-bit loading (bitsandbytes) needs a CUDA GPU: set model.quantization.load_in_4bit=false")
+    if quant.load_in_4bit and layout.sharding in SHARDED_4BIT:
+        raise UserError(
+            f"4-bit weights (QLoRA) under {SHARDED_4BIT[layout.sharding]}: each GPU holds the whole 4-bit model "
+            "with QLoRA, so launch with accelerate/ddp.yaml, or drop model.quantization.load_in_4bit to shard"
+        )
     if quant.load_in_4bit and not hardware.installed("bitsandbytes"):
         raise UserError("model.quantization.load_in_4bit=true needs bitsandbytes: pip install -e '.[quant]'")
     if g.use_vllm and not layout.gpu:
@@ -250,6 +298,12 @@ def check_hardware(cfg: ExperimentConfig, layout: Layout) -> list[str]:
         raise UserError(
             f"vLLM {version} is outside the releases TRL accepts ({VLLM_RANGE[0]} to {VLLM_RANGE[1]}): "
             "pip install -e '.[vllm]'"
+        )
+    if layout.precision is not Precision.bf16 and layout.native_bf16:
+        raise UserError(
+            f"grpo.use_vllm=true with {layout.precision.value} compute: vLLM generates in the model's bf16 while "
+            f"training computes in {layout.precision.value}, so the two policies differ; leave grpo.fp16/grpo.bf16 "
+            "unset (bf16 here), or set grpo.use_vllm=false"
         )
     if layout.precision is not Precision.bf16:
         raise UserError(

@@ -120,12 +120,30 @@ def load_model(cfg: ModelSettings, path: str, layout: Layout | None = None) -> A
             bnb_4bit_use_double_quant=cfg.quantization.double_quant,
         )
         kwargs["device_map"] = {"": layout.local_rank}
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    if cfg.quantization.load_in_4bit:
-        from peft import prepare_model_for_kbit_training
+    # A 4-bit base is not passed through peft's prepare_model_for_kbit_training: its float32 upcast of
+    # the embeddings, norms and lm_head costs ~2 GiB on a 7B model, and TRL's own QLoRA does without
+    # it (TRL freezes the base and enables input gradients for checkpointing itself).
+    return AutoModelForCausalLM.from_pretrained(path, **kwargs)
 
-        model = prepare_model_for_kbit_training(model)
-    return model
+
+def keep_adapter_dtype(model: Any, layout: Layout) -> int:
+    """Give the trainable (adapter) weights the dtype the layout chose for them, after TRL has built
+    the peft model; returns how many tensors changed.
+
+    TRL 1.16 casts a 4-bit model's adapter to bf16; under fp16 autocast the grad scaler can't
+    unscale bf16 gradients on CUDA (TRL issue 4901), so there they go back to float32
+    (``config.layout``'s docstring)."""
+    import torch
+
+    if layout.adapter_dtype is None:
+        return 0
+    dtype = getattr(torch, layout.adapter_dtype)
+    changed = 0
+    for param in model.parameters():
+        if param.requires_grad and param.dtype != dtype:
+            param.data = param.data.to(dtype)
+            changed += 1
+    return changed
 
 
 def load_tokenizer(cfg: ModelSettings, path: str) -> Any:

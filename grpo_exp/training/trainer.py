@@ -49,10 +49,12 @@ if TYPE_CHECKING:
 
 
 class JobTrainer(GRPOTrainer):
-    """``print_completions``: also print TRL's completions table to the console (W&B gets it either way)."""
+    """``print_completions``: also print TRL's completions table to the console (W&B gets it either way);
+    ``layout``: the job's, whose adapter dtype holds once TRL has wrapped the model."""
 
-    def __init__(self, *args: Any, print_completions: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, layout: Layout, print_completions: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        models.keep_adapter_dtype(self.model, layout)  # before the optimizer exists (it is built in train)
         self.print_completions = print_completions
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
@@ -141,6 +143,7 @@ def build_trainer(
                 SolvedStop(folder, settings.monitor, held_out=held_out is not None),
                 *stage.callbacks,
             ],
+            layout=spec.layout,
             print_completions=settings.grpo.print_completions,
         )
     trainer.remove_callback(ProgressCallback)
