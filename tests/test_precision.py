@@ -34,6 +34,20 @@ def test_full_fine_tuning_keeps_float32_weights_under_bf16_autocast(settings):
     assert layout.reference_dtype == "bfloat16"  # the reference model never trains: half the memory
 
 
+def test_bf16_master_weights_are_asked_for_by_name(settings):
+    """Issue 30: a full fine-tune in bf16 weights and Adam states (how a 7B fits an 80 GB card), with one warning."""
+    layout = decide(settings(QWEN, "model.master_weights=bfloat16"), A100)
+    assert (layout.weight_dtype, layout.precision) == ("bfloat16", Precision.bf16)
+    assert any("updates smaller than half a bf16 step round away" in note for note in layout.notes)
+    assert layout.describe().endswith("bf16 compute, bfloat16 weights")
+    with pytest.raises(UserError, match="model.master_weights=bfloat16 but Tesla T4 .* emulates bf16"):
+        decide(settings(QWEN, "model.master_weights=bfloat16"), T4)
+    from grpo_exp.config.checks import check_model
+
+    with pytest.raises(UserError, match="model.master_weights=bfloat16 is for full fine-tuning"):
+        check_model(settings(QWEN, "model.master_weights=bfloat16", "model.lora.enabled=true"))
+
+
 def test_full_fine_tuning_on_a_gpu_without_native_bf16_uses_fp16_autocast(settings):
     """Finding 3: bf16 was set on any GPU, emulated on T4 and V100."""
     for gpu in (T4, V100_X2):
@@ -352,6 +366,9 @@ def test_the_policy_loads_in_the_layouts_dtype(settings):
     layout = decide(cfg, CPU_ONLY)
     model = models.load_model(cfg.model, models.model_path(cfg.model), layout)
     assert {p.dtype for p in model.parameters()} == {torch.float32}
+    cfg = settings("model.master_weights=bfloat16")
+    model = models.load_model(cfg.model, models.model_path(cfg.model), decide(cfg, CPU_ONLY))
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
 
 
 def test_the_distributed_state_exists_before_the_weights_load(settings, tmp_path, monkeypatch):
