@@ -40,11 +40,11 @@ def test_bf16_master_weights_are_asked_for_by_name(settings):
     assert (layout.weight_dtype, layout.precision) == ("bfloat16", Precision.bf16)
     assert any("updates smaller than half a bf16 step round away" in note for note in layout.notes)
     assert layout.describe().endswith("bf16 compute, bfloat16 weights")
-    with pytest.raises(UserError, match="model.master_weights=bfloat16 but Tesla T4 .* emulates bf16"):
+    with pytest.raises(UserError, match=r"model.master_weights=bfloat16 but Tesla T4 .* emulates bf16"):
         decide(settings(QWEN, "model.master_weights=bfloat16"), T4)
     from grpo_exp.config.checks import check_model
 
-    with pytest.raises(UserError, match="model.master_weights=bfloat16 is for full fine-tuning"):
+    with pytest.raises(UserError, match=r"model.master_weights=bfloat16 is for full fine-tuning"):
         check_model(settings(QWEN, "model.master_weights=bfloat16", "model.lora.enabled=true"))
 
 
