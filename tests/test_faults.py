@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import pytest
@@ -330,3 +331,20 @@ def test_a_stop_signal_during_the_model_build_stops_at_once(tmp_path, monkeypatc
     assert not [p for p in cache.glob("tiny-*") if p.is_dir()], "and its staging folder removed"
     summary = json.loads((job / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["steps"] == 0
+
+
+def test_a_reward_part_returning_inf_trains_on(tmp_path):
+    """Issue 31: a third of the completions scored inf ended the run after one step with an internal error."""
+    from tests.conftest import FIXTURES
+    from tests.test_long_runs import run
+
+    part = f"+reward.parts.inf={{fn:'{FIXTURES / 'infinite_rewards.py'}:inf_for_a_third',weight:1}}"
+    job = tmp_path / "job"
+    done = run(
+        "logger=none", "grpo.max_steps=3", "save_model=false", "dataset.eval_fraction=0", part, f"hydra.run.dir={job}"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("returned inf or -inf") == 1 and "Traceback" not in done.stderr
+    rows = [r for r in read_metrics(job / "metrics.jsonl") if "loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(math.isfinite(r["rewards/inf/mean"]) for r in rows), "the scored two thirds, averaged"

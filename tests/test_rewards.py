@@ -190,3 +190,23 @@ def test_the_bot_s_overlong_penalty_follows_the_completion_length_a_user_sets(se
     longer = settings("+recipe=customer_service_bot", "grpo.max_completion_length=256").reward.parts["overlong"]
     assert shipped == {"max_tokens": 128, "cache": 32}
     assert longer.params["max_tokens"] == 256
+
+
+INFINITE = f"+reward.parts.inf={{fn:'{FIXTURES / 'infinite_rewards.py'}:inf_for_a_third',weight:1}}"
+
+
+def test_an_infinite_score_is_no_score_with_one_warning(settings, caplog):
+    """Issue 31: inf from a user's reward crashed the job after one step (an internal TypeError)."""
+    parts, _ = build_rewards(settings(INFINITE).reward)
+    part = next(p for p in parts if p.__name__ == "inf")
+    completions = ["好。", "好。好。", "好"] * 2
+    with caplog.at_level("WARNING", logger="grpo_exp.rewards"):
+        scores = part(prompts=["p"] * 6, completions=completions)
+        again = part(prompts=["p"] * 6, completions=completions)
+    assert scores == again == [None, 1 / 3, 1.0, None, 1 / 3, 1.0]
+    warned = [r.getMessage() for r in caplog.records if "returned inf or -inf" in r.getMessage()]
+    assert warned == [
+        "reward part 'inf' (" + part.spec + ") returned inf or -inf for 2 of 6 completions: they "
+        "get no score, like NaN (an infinite score would make every advantage in its group NaN); "
+        "return a finite number"
+    ]

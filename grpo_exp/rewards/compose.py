@@ -64,6 +64,7 @@ class WeightedReward:
             raise UserError(f"reward.parts.{name}.ceiling={part.ceiling}: give the part's best score, or null")
         self.tally: SolvedTally | None = None  # shared by a reward's parts (build_rewards)
         self._last: tuple[list[Any], list[float | None]] | None = None  # TRL scores one batch part by part
+        self._warned_infinite = False  # an infinite score is warned about once per job
         if self.params and self.style is CallStyle.ARTICLE:
             raise UserError(
                 f"reward part {name!r}: {part.fn} takes only `completions`, so it can't receive params "
@@ -155,7 +156,18 @@ class WeightedReward:
             raise UserError(
                 f"reward part {self.__name__!r} ({self.spec}) returned {len(values)} scores for {expected} completions"
             )
-        return [None if v is not None and math.isnan(v) else v for v in values]
+        infinite = sum(1 for v in values if v is not None and math.isinf(v))
+        if infinite and not self._warned_infinite:
+            self._warned_infinite = True
+            log.warning(
+                "reward part %r (%s) returned inf or -inf for %d of %d completions: they get no score, like NaN "
+                "(an infinite score would make every advantage in its group NaN); return a finite number",
+                self.__name__,
+                self.spec,
+                infinite,
+                len(values),
+            )
+        return [None if v is not None and not math.isfinite(v) else v for v in values]
 
 
 def required_columns(reward: WeightedReward) -> set[str]:
