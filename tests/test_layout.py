@@ -47,7 +47,7 @@ def test_long_modules_say_why():
 
 
 # Each layer and the layers it may import from (besides itself and the base modules), bottom up.
-BASE = {"errors", "registry", "cache", "hardware", "shipped", "folder"}
+BASE = {"errors", "registry", "cache", "hardware", "shipped", "folder", "quiet"}
 DOMAIN = {"rewards", "sandbox", "models", "data"}
 MAY_IMPORT = {
     "config": set(),
@@ -61,7 +61,8 @@ MAY_IMPORT = {
     "training": {"config", "spec", "memory", "tracking", *DOMAIN},  # a job writes its memory plan when it starts
     "report": {"config", "tracking"},
     "dashboard": {"config", "tracking"},
-    "job": {"config", "spec", "tracking", "training", "report", "dashboard", *DOMAIN},  # a sweep's end runs the report
+    # a sweep's end runs the report; its launcher packs jobs onto GPUs by their memory plans
+    "job": {"config", "spec", "memory", "tracking", "training", "report", "dashboard", *DOMAIN},
     # python -m grpo_exp.plan composes jobs as run.py does (job.preflight); its probe samples as training does
     "plan": {"config", "spec", "memory", "job", "tracking", "training", *DOMAIN},
 }

@@ -6,6 +6,7 @@ import csv
 import importlib.util
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -84,23 +85,36 @@ def test_report_plots_are_real_pngs(grid):
         assert data.startswith(PNG_MAGIC) and len(data) > 5000, name
 
 
-def test_a_failing_job_does_not_stop_the_sweep_and_is_reported(tmp_path):
+FLAKY = """
+CALLS = {"n": 0}
+
+
+def flaky(prompts, completions, fail=False, **kwargs):
+    CALLS["n"] += 1
+    if fail and CALLS["n"] >= 3:
+        raise RuntimeError("judge model unreachable")
+    return [float(len(c) > 10) for c in completions]
+"""
+
+
+def steps_logged(job: Path) -> list[int]:
+    rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    return [r["step"] for r in rows if "reward" in r]
+
+
+def test_a_failing_job_fails_the_sweep_after_the_others_and_resume_reruns_only_it(tmp_path):
     rewards = tmp_path / "flaky.py"
-    rewards.write_text(
-        "def flaky(prompts, completions, fail=False, **kwargs):\n"
-        "    if fail:\n"
-        "        raise RuntimeError('judge model unreachable')\n"
-        "    return [float(len(c) > 10) for c in completions]\n"
-    )
+    rewards.write_text(FLAKY)
     sweep_dir = tmp_path / "sweep"
-    result = multirun(
-        sweep_dir,
+    command = (
         "reward=custom",
         f"reward.parts.main.fn={rewards}:flaky",
         "+reward.parts.main.params.fail=true,false",
-        "grpo.max_steps=2",
+        "grpo.max_steps=4",
+        "grpo.save_steps=1",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = multirun(sweep_dir, *command)
+    assert result.returncode == 1, result.stderr[-3000:]
     failed, completed = job_dirs(sweep_dir)
     assert json.loads((failed / "summary.json").read_text())["status"] == "failed"
     assert json.loads((completed / "summary.json").read_text())["status"] == "completed"
@@ -108,6 +122,23 @@ def test_a_failing_job_does_not_stop_the_sweep_and_is_reported(tmp_path):
     assert read_run(next((completed / "wandb").glob("offline-run-*"))).exit_code == 0
     report = (sweep_dir / "report" / "report.md").read_text()
     assert "**Failed:** job 0" in report and "RuntimeError: judge model unreachable" in report
+    line = next(line for line in result.stderr.splitlines() if "re-run only these with:" in line)
+    assert line.startswith("sweep: job 0 failed (") and "RuntimeError: judge model unreachable" in line
+    assert "job 1" not in line
+    resume = line.split("re-run only these with: ", 1)[1]
+    assert f"hydra.sweep.dir={sweep_dir}" in resume and resume.endswith("resume=auto")
+
+    rewards.write_text(FLAKY.replace("raise RuntimeError", "pass  #"))  # the reward is fixed
+    before = (completed / "metrics.jsonl").read_text()
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    again = subprocess.run(
+        [sys.executable, *shlex.split(resume)[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((failed / "summary.json").read_text())["status"] == "completed"
+    assert steps_logged(failed) == [1, 2, 3, 4]  # every step once: resumed, not re-logged
+    assert (completed / "metrics.jsonl").read_text() == before  # the completed job did not train again
+    assert "re-run only these" not in again.stderr
 
 
 def test_invalid_sweep_point_stops_the_sweep_before_any_job_runs(tmp_path):

@@ -230,6 +230,7 @@ class MonitorSettings:
 
 class LoggerBackend(StrEnum):
     wandb = "wandb"
+    trackio = "trackio"
     none = "none"
 
 
@@ -243,6 +244,7 @@ class LoggerMode(StrEnum):
 @dataclass
 class LoggerSettings:
     backend: LoggerBackend = LoggerBackend.wandb
+    backends: list[LoggerBackend] = field(default_factory=list)  # several at once ([wandb, trackio]); empty: backend
     project: str = "grpo-exp"
     entity: str | None = None
     mode: LoggerMode = LoggerMode.auto

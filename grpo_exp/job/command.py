@@ -9,12 +9,10 @@ not stop the others.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import math
 import os
 import shlex
-import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -27,7 +25,7 @@ from omegaconf import DictConfig
 
 from grpo_exp import hardware
 from grpo_exp.config.schema import CONF_DIR, register_schema
-from grpo_exp.errors import EXIT_USER_ERROR, UserError, describe_failure, failed_write, no_space
+from grpo_exp.errors import EXIT_USER_ERROR, DiskFull, UserError, causes, describe_failure
 from grpo_exp.folder import FolderInUse, JobFolder
 from grpo_exp.job import resume as resume_rules
 from grpo_exp.job.resume import override_key
@@ -182,26 +180,13 @@ def run_job(cfg: DictConfig) -> float:
 
 
 def _disk_full(exc: BaseException, folder: JobFolder, resume: str) -> str | None:
-    """The one line for a job that ran out of disk (None for other failures).
+    """The one line for a job that ran out of disk (None for other failures). The lifecycle has
+    removed the checkpoints the disk cut short by the time it raises ``DiskFull``; a failure
+    before training (writing the job's records) is judged here, the same way."""
+    from grpo_exp.training.checkpoints import full_disk
 
-    A checkpoint the full disk cut short is removed: it can't be resumed from, and its space is
-    what the resume needs. The whole ones before it are kept."""
-    from grpo_exp.training.checkpoints import problem
-
-    free, needed = folder.space()
-    if not (no_space(exc) or (failed_write(exc) and free < needed)):
-        return None
-    saved = [path for _, path in folder.checkpoints()]  # newest first
-    unfinished = list(itertools.takewhile(lambda path: problem(path) is not None, saved))
-    for path in unfinished:
-        shutil.rmtree(path, ignore_errors=True)
-    kept = saved[len(unfinished)] if len(saved) > len(unfinished) else None
-    what = f"{kept.name} is kept" if kept else "no checkpoint had been finished"
-    what += f", the unfinished {', '.join(p.name for p in unfinished)} removed" if unfinished else ""
-    return (
-        f"the disk holding {folder.path} is full: a checkpoint of this job takes {needed / 2**20:.0f} MiB; "
-        f"free that much, then resume with: {resume} ({what})"
-    )
+    full = next((e for e in causes(exc) if isinstance(e, DiskFull)), None) or full_disk(exc, folder)
+    return full.line(resume) if full else None
 
 
 def _quiet_secondary() -> None:
@@ -239,17 +224,12 @@ def _train(spec: JobSpec, folder: JobFolder) -> float:
 
 def resume_command(output_dir: Path) -> str:
     """The command that continues this job: its folder alone, or for a sweep the sweep's command."""
-    from grpo_exp.tracking.wandb_run import sweep_command
+    from grpo_exp.job import sweep_outcome
 
     hydra_cfg = HydraConfig.get()
-    launch = [*launcher_words(), "run.py"]
-    if hydra_cfg.mode != RunMode.MULTIRUN:
-        return shlex.join([*launch, f"resume={output_dir}"])
-    kept = [o for o in hydra_cfg.overrides.task if override_key(o) not in ("resume", "hydra.sweep.dir")]
-    sweep = [
-        o for o in sweep_command(Path(hydra_cfg.sweep.dir)) if override_key(o) not in ("resume", "hydra.sweep.dir")
-    ]
-    return shlex.join([*launch, "-m", *(sweep or kept), f"hydra.sweep.dir={hydra_cfg.sweep.dir}", "resume=auto"])
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        return sweep_outcome.resume_command(Path(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task), launcher_words())
+    return shlex.join([*launcher_words(), "run.py", f"resume={output_dir}"])
 
 
 def launcher_words(cmdline: Path | None = None) -> list[str]:

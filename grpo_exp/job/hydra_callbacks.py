@@ -1,8 +1,9 @@
-"""Hydra callbacks: the sweep report (and optionally its W&B view) as soon as a multirun ends."""
+"""Hydra callbacks: the sweep report (and optionally its W&B view) as soon as a multirun ends, then its exit status."""
 
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +61,21 @@ class SweepDashboard(Callback):
             log.warning("no W&B view: %s", exc)
             return
         log.info("W&B view: %s", result.url or f"{result.spec_path} ({result.why_not_saved})")
+
+
+class SweepExit(Callback):
+    """The sweep's exit status once every job has run: 1, with the line that names the jobs to
+    re-run and the ``resume=auto`` command, when any did not complete (``job.sweep_outcome``).
+
+    Hydra calls the end of a multirun on its callbacks last-listed first: listed first in
+    ``conf/config.yaml``, this one exits after the report and the dashboard are written.
+    """
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from grpo_exp.job.sweep_outcome import read_outcome
+
+        outcome = read_outcome(Path(config.hydra.sweep.dir))
+        line = outcome.line()
+        if line is not None:  # on stderr, as a script reads a failed command's reason (Hydra logs to stdout)
+            print(line, file=sys.stderr)
+            sys.exit(outcome.exit_code)

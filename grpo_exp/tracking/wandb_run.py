@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from grpo_exp.config.schema import LoggerSettings
+from grpo_exp.config.schema import LoggerBackend, LoggerSettings
 from grpo_exp.folder import OFFLINE_RUNS, JobFolder, multirun_file
 from grpo_exp.tracking.metrics import EVAL_PREFIX, EVAL_REWARD, TRAINER_EVAL_PREFIX
 
@@ -103,7 +103,9 @@ def logged_in() -> bool:
 
 def resolve_mode(settings: LoggerSettings) -> str:
     """``auto`` becomes WANDB_MODE when set, else online with a login and offline without."""
-    if settings.backend == "none":
+    from grpo_exp.tracking.trackio_run import trackers
+
+    if LoggerBackend.wandb.value not in trackers(settings):
         return "disabled"
     if settings.mode != "auto":
         return settings.mode

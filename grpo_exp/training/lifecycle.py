@@ -34,6 +34,7 @@ from grpo_exp.tracking.metrics import (
 )
 from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.tracking.outcome import format_outcome
+from grpo_exp.tracking.trackio_run import trackio_run
 from grpo_exp.tracking.wandb_run import (
     RunIdentity,
     continue_history,
@@ -86,7 +87,11 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
     hint = None
     config = {**resolved, "provenance": record, "plan": plan}
     run_id = info.get("wandb", {}).get("id")
-    with wandb_run(logger, identity, config, folder.path, run_id, gpu=spec.layout.gpu) as opening:
+    tracked_config = {"grpo_exp": config, **identity.overrides}  # as W&B's: the swept values on top
+    with (
+        wandb_run(logger, identity, config, folder.path, run_id, gpu=spec.layout.gpu) as opening,
+        trackio_run(logger, identity, tracked_config, resumed=point is not None) as tracker,
+    ):
         # transformers and trl load here, while the W&B run opens in the background
         from grpo_exp.training.schedule import schedule_for
         from grpo_exp.training.trainer import build_trainer
@@ -101,6 +106,8 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
                         trainer = None
                         gc.collect()
                     trainer = build_trainer(spec, stage, folder, monitor, stop, tracked=opening is not None)
+                    if tracker is not None:
+                        trainer.add_callback(tracker.callback())
                     if sent is None:  # W&B opened while the model loaded
                         run, sent, hint = _join_wandb(opening, info, folder, mode, point)
                         _pin_revision(info, trainer.model)

@@ -1,0 +1,51 @@
+"""``hydra/launcher=processes``: each job of a sweep in a process of its own (grpo_exp.job.launcher).
+
+No ``from __future__ import annotations``: Hydra executes this module before it is in ``sys.modules``,
+where a dataclass with string annotations can't resolve them.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+
+@dataclass
+class ProcessLauncherConf:
+    _target_: str = "hydra_plugins.grpo_exp_plugins.process_launcher.ProcessLauncher"
+    n_jobs: Any = "auto"  # jobs at a time, or auto: the cores / threads, or what the memory plan fits per GPU
+    memory_margin: float = 0.1  # share of each GPU's memory that auto leaves out of the plan
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="processes", node=ProcessLauncherConf, provider="grpo_exp")
+
+
+class ProcessLauncher(Launcher):
+    def __init__(self, n_jobs: Any = "auto", memory_margin: float = 0.1) -> None:
+        self.n_jobs = n_jobs
+        self.memory_margin = memory_margin
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from grpo_exp.job.launcher import launch
+
+        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        return launch(
+            self.config,
+            self.hydra_context,
+            self.task_function,
+            job_overrides,
+            initial_job_idx,
+            self.n_jobs,
+            self.memory_margin,
+        )
