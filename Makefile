@@ -1,38 +1,62 @@
-# Set-up and the two everyday commands. `make run` and `make test` each create the virtual
-# environment first when it is missing, older than pyproject.toml, or set up with another TORCH or
-# EXTRAS.
+# Set-up and the everyday commands. `make run` and `make test` set up the virtual environment first
+# when it is missing or older than pyproject.toml, with the choices of its last set-up (recorded in
+# $(VENV)/setup.mk): after a GPU set-up they keep the GPU set-up.
 #
 #   make run                      # python run.py on the embedded default model
 #   make run ARGS="reward=customer_service_multi grpo.max_steps=300"
 #   make test                     # the fast suite (what CI runs)
 #   make test-slow                # also the long end-to-end runs
+#   make test-low                 # training tests at the low end of the supported range (constraints/low.txt)
+#   make wheelhouse               # every wheel the set-up needs, in wheelhouse/, for a node without an index
 #
-# TORCH picks the torch build: the default is the CPU build this project is tested with; on a
-# GPU machine use e.g. `make setup TORCH=torch` (pip then picks the CUDA build for your system).
+# TORCH picks the torch build: the default is the CPU build this project is tested with. On a GPU
+# machine `make setup TORCH=torch` (pip picks the CUDA build for the system; a torch that another
+# TORCH installed is uninstalled first, since pip keeps any installed build that satisfies the
+# request). TORCH=none keeps the machine's own torch: the venv then sees the system's packages.
+# WHEELHOUSE=<folder> installs from that folder with no package index (see `make wheelhouse`).
 
 PYTHON ?= python3
 VENV ?= .venv
-TORCH ?= torch==2.13.0
-EXTRAS ?= dev,sweeps,optuna,dashboard,ray
+BIN := $(VENV)/bin
+DEFAULT_TORCH := torch==2.13.0
+DEFAULT_EXTRAS := dev,sweeps,optuna,dashboard,ray
+# The last set-up's TORCH, EXTRAS, WHEELHOUSE and CONSTRAINTS (SETUP_*); given anew, they set up again.
+# (No rule makes the record itself: make would remake an included file even under `make -n`.)
+SETUP_RECORD := $(VENV)/setup.mk
+STAMP := $(VENV)/.installed
+-include $(SETUP_RECORD)
+TORCH ?= $(or $(SETUP_TORCH),$(DEFAULT_TORCH))
+EXTRAS ?= $(or $(SETUP_EXTRAS),$(DEFAULT_EXTRAS))
+WHEELHOUSE ?= $(SETUP_WHEELHOUSE)
+CONSTRAINTS ?= $(SETUP_CONSTRAINTS)
 ARGS ?=
 PYTEST_ARGS ?=
 # One pytest worker per core (pytest-xdist); a file's tests stay on one worker, so its module
 # fixtures (a training run shared by several tests) run once. PARALLEL= runs them in one process.
 PARALLEL ?= -n auto --dist loadfile
-BIN := $(VENV)/bin
-# One stamp per set-up: a new TORCH or EXTRAS (e.g. the GPU set-up after `make test`) installs again.
-STAMP := $(VENV)/.installed-$(shell printf '%s|%s' '$(TORCH)' '$(EXTRAS)' | cksum | cut -d' ' -f1)
 
-.PHONY: setup run test test-slow lint sandbox-tools
+# Where packages come from: the index, or only the wheelhouse.
+SOURCE := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE))
+TORCH_REQUIREMENT := $(if $(filter none,$(TORCH)),,"$(TORCH)")
+CHOICES := $(TORCH)|$(EXTRAS)|$(WHEELHOUSE)|$(CONSTRAINTS)
+RECORDED := $(SETUP_TORCH)|$(SETUP_EXTRAS)|$(SETUP_WHEELHOUSE)|$(SETUP_CONSTRAINTS)
+
+.PHONY: setup run test test-slow test-low lint sandbox-tools wheelhouse FORCE
 
 setup: $(STAMP) sandbox-tools
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+# Torch and the project in one pip call, so the vllm extra's torch pin picks the one torch to download.
+$(STAMP): pyproject.toml $(if $(filter-out $(RECORDED),$(CHOICES)),FORCE)
+	$(PYTHON) -m venv $(if $(filter none,$(TORCH)),--system-site-packages) $(VENV)
+	$(if $(WHEELHOUSE),,$(BIN)/python -m pip install --quiet --upgrade pip)
+	$(if $(filter-out $(or $(SETUP_TORCH),$(DEFAULT_TORCH)),$(TORCH)),$(BIN)/python -m pip uninstall --quiet --yes torch)
+	$(BIN)/python -m pip install --quiet $(SOURCE) $(TORCH_REQUIREMENT) -e ".[$(EXTRAS)]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	rm -f $(VENV)/.installed-*
+	printf 'SETUP_TORCH := %s\nSETUP_EXTRAS := %s\nSETUP_WHEELHOUSE := %s\nSETUP_CONSTRAINTS := %s\n' \
+		'$(TORCH)' '$(EXTRAS)' '$(WHEELHOUSE)' '$(CONSTRAINTS)' > $(SETUP_RECORD)
 	touch $@
+
+FORCE:
 
 # bubblewrap gives the code-generation sandbox its namespaces; without it the sandbox falls back
 # to `unshare` or to resource limits only (and says so). Installed only where we are root.
@@ -52,3 +76,44 @@ test-slow: setup
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# The same test command in a second venv at the low end of pyproject's range (the stack the vllm
+# extra resolves, with CPU torch), on the tests that train and build TRL's config.
+LOW_VENV ?= .venv-low
+LOW_TESTS ?= tests/test_supported_range.py tests/test_trl_fields.py tests/test_train_e2e.py tests/test_vllm_on_cpu.py \
+	"tests/test_trl_schema.py::test_trl_accepts_our_grpo_defaults" \
+	"tests/test_trl_schema.py::test_options_that_were_never_mapped_reach_the_trainer"
+
+test-low:
+	$(MAKE) test VENV=$(LOW_VENV) TORCH=$(DEFAULT_TORCH) EXTRAS=dev CONSTRAINTS=constraints/low.txt \
+		WHEELHOUSE= PYTEST_ARGS='$(LOW_TESTS)'
+
+# ---- offline set-up: `make wheelhouse` on a connected machine, then on the node (no index):
+#   make setup WHEELHOUSE=<folder> [TORCH=none] [EXTRAS=...]
+# PY and PLATFORM fetch the wheels for another node's Python (PY=3.12 PLATFORM=manylinux_2_28_x86_64);
+# TORCH=none leaves torch and its CUDA libraries out. Wheels the index has only as source (hydra's
+# antlr4 runtime) are built here: they are pure Python, so they serve any Python and platform. For this
+# Python one resolution lists everything; for another, a second one resolves for its tags.
+PY ?=
+PLATFORM ?= $(if $(PY),manylinux_2_28_x86_64)
+WHEELHOUSE_DIR := $(or $(WHEELHOUSE),wheelhouse)
+TORCH_STACK := (torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*)
+TARGET := $(strip $(if $(PY),--python-version $(PY) --implementation cp) $(if $(PLATFORM),--platform $(PLATFORM)))
+BUILD_REQUIREMENTS = $(shell $(PYTHON) -c 'import tomllib; print(*map(repr, tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')
+REQUIREMENTS = $(TORCH_REQUIREMENT) ".[$(EXTRAS)]" $(BUILD_REQUIREMENTS) $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+RESOLVE = $(PYTHON) -m pip install --quiet --dry-run --ignore-installed
+
+wheelhouse:
+	mkdir -p $(WHEELHOUSE_DIR) && rm -f $(WHEELHOUSE_DIR)/*.whl
+	$(RESOLVE) --report $(WHEELHOUSE_DIR)/.here.json $(REQUIREMENTS)
+	$(PYTHON) tools/wheel_list.py --sdists $(WHEELHOUSE_DIR)/.here.json > $(WHEELHOUSE_DIR)/.sdists.txt
+	[ ! -s $(WHEELHOUSE_DIR)/.sdists.txt ] || $(PYTHON) -m pip wheel --quiet --no-deps -w $(WHEELHOUSE_DIR) \
+		-r $(WHEELHOUSE_DIR)/.sdists.txt
+	$(if $(TARGET),$(RESOLVE) --only-binary=:all: --find-links $(WHEELHOUSE_DIR) $(TARGET) \
+		--target $(WHEELHOUSE_DIR)/.target --report $(WHEELHOUSE_DIR)/.there.json $(REQUIREMENTS))
+	$(PYTHON) tools/wheel_list.py $(WHEELHOUSE_DIR)/$(if $(TARGET),.there.json,.here.json) \
+		$(if $(filter none,$(TORCH)),--leave-out '$(TORCH_STACK)') > $(WHEELHOUSE_DIR)/.wheels.txt
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --find-links $(WHEELHOUSE_DIR) $(TARGET) \
+		-d $(WHEELHOUSE_DIR) -r $(WHEELHOUSE_DIR)/.wheels.txt
+	rm -rf $(WHEELHOUSE_DIR)/.target $(WHEELHOUSE_DIR)/.here.json $(WHEELHOUSE_DIR)/.there.json
+	@echo "$$(ls $(WHEELHOUSE_DIR)/*.whl | wc -l) wheels, $$(du -sh $(WHEELHOUSE_DIR) | cut -f1) in $(WHEELHOUSE_DIR)"

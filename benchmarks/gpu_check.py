@@ -23,15 +23,22 @@ The timings and memory peaks come from inside run.py's process without touching 
 wraps TRL's ``GRPOTrainer._generate`` and ``VLLMGeneration.sync_weights`` once TRL imports them.
 A case that can't run here (no vLLM, one GPU, ...) is reported as skipped with its reason.
 
-Usage (a GPU machine with ``make setup TORCH=torch EXTRAS=dev,vllm,quant``)::
+It runs with whichever Python starts it (the jobs use the same interpreter): a venv from ``make setup``,
+or a GPU node's own Python and torch with the project installed offline (README, "Offline GPU nodes")::
 
-    .venv/bin/python benchmarks/gpu_check.py                  # every case, about 6-7 minutes
-    .venv/bin/python benchmarks/gpu_check.py --cases precision,vllm
-    .venv/bin/python benchmarks/gpu_check.py --smoke --out /tmp/check   # on a CPU: the plumbing
+    python benchmarks/gpu_check.py                            # every case, about 6-7 minutes
+    python benchmarks/gpu_check.py --cases precision,vllm --out /scratch/gpu_check
+    python benchmarks/gpu_check.py --smoke --out /tmp/check   # on a CPU: the plumbing
+
+Its first line names the versions it found. Everything goes under ``--out`` (by default a new folder
+in ``~/grpo_exp_gpu_check``, never the repository): ``gpu_check.json`` and ``.md``, and ``jobs/<case>/``,
+each job's own folder (``run.log``, ``error.txt`` when it failed, ``console.log``: its console output,
+``metrics.jsonl``, ``plan.json``), kept so that a failure can be explained. Copy the table into
+benchmarks/gpu_check.md by hand once it has run on a GPU.
 
 ``--smoke`` runs the cases a CPU can (precision, lora) through run.py with ``device=cpu`` on a
 shrunken model (2 layers, a small vocabulary), 1 step, short completions: it checks the script and
-the precision measurement, not the speed. Results go to ``<out>/gpu_check.json`` and ``.md``.
+the precision measurement, not the speed.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ import datetime
 import importlib.util
 import json
 import os
+import platform
 import signal
 import statistics
 import subprocess
@@ -56,7 +64,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = ROOT / "benchmarks"
+OUT_PARENT = Path.home() / "grpo_exp_gpu_check"  # --out's default is a new folder in here: outside the tree
+JOBS = "jobs"  # <out>/jobs/<case>/: each job's folder, kept
+VERSIONS_OF = ("transformers", "trl", "peft", "accelerate", "bitsandbytes", "vllm")  # beside python and torch
 
 # Qwen/Qwen2.5-0.5B-Instruct's config.json (the architecture; the weights here are random).
 QWEN2_5_0_5B = {
@@ -134,6 +144,7 @@ SMOKE_TIMEOUT_S = 120
 STOP_GRACE_S = 15  # for a timed-out job to end its workers itself
 TOTAL_BUDGET_S = 470  # under 8 minutes: a case that no longer fits is skipped, not started
 TIMINGS_ENV = "GPU_CHECK_TIMINGS"
+CONSOLE_LOG = "console.log"
 GIB = 2**30
 
 # Written as sitecustomize.py into a folder on the job's PYTHONPATH: Python imports it at start-up.
@@ -287,7 +298,7 @@ class Context:
     """What every case needs: where the model and the jobs live, and how much time is left."""
 
     model_dir: Path
-    work: Path
+    jobs: Path
     shim_dir: Path
     smoke: bool
     deadline: float  # time.monotonic() by which the whole check must end
@@ -354,8 +365,8 @@ class Job:
 
 def run_job(ctx: Context, name: str, overrides: list[str], timeout_s: float, processes: int = 1) -> Job:
     """``python run.py`` (or torchrun with ``processes``) on the random model, with the timing shim."""
-    folder = ctx.work / name
-    timings = ctx.work / f"{name}_timings"
+    folder = ctx.jobs / name
+    timings = ctx.jobs / f"{name}.timings"
     timings.mkdir(parents=True)
     launcher = [sys.executable]
     if processes > 1:
@@ -381,7 +392,8 @@ def run_job(ctx: Context, name: str, overrides: list[str], timeout_s: float, pro
     python_path = os.pathsep.join(p for p in (str(ctx.shim_dir), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": python_path, TIMINGS_ENV: str(timings), "HF_HUB_OFFLINE": "1"}
     env["TRANSFORMERS_OFFLINE"] = "1"
-    log_file = ctx.work / f"{name}.log"
+    folder.mkdir(parents=True)
+    log_file = folder / CONSOLE_LOG  # beside the job's run.log: also what ran before its logging began
     started = time.perf_counter()
     # The log goes to a file, not a pipe: a worker that outlives its launcher can't hold the check up.
     with log_file.open("w") as log:
@@ -683,13 +695,27 @@ def run_cases(ctx: Context, cases: list[str]) -> list[dict[str, Any]]:
 
 
 def versions() -> dict[str, str | None]:
-    found = {}
-    for package in ("torch", "trl", "transformers", "peft", "vllm", "bitsandbytes"):
+    """What this interpreter runs the jobs with: python, torch and the CUDA (or ROCm) it was built for, the rest."""
+    import torch
+
+    found: dict[str, str | None] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "rocm": getattr(torch.version, "hip", None),
+    }
+    for package in VERSIONS_OF:
         try:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             found[package] = None
     return found
+
+
+def versions_line(found: dict[str, str | None]) -> str:
+    build = f"CUDA {found['cuda']}" if found["cuda"] else f"ROCm {found['rocm']}" if found["rocm"] else "CPU only"
+    rest = ", ".join(f"{name} {found[name] or 'not installed'}" for name in VERSIONS_OF)
+    return f"python {found['python']}, torch {found['torch']} ({build}), {rest}"
 
 
 def _gib(value: float | None) -> str:
@@ -727,8 +753,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"- date: {report['date']}",
         f"- GPU: {report['gpu'] or 'none'}",
-        f"- torch {v['torch']}, trl {v['trl']}, transformers {v['transformers']}, vllm {v['vllm'] or 'not installed'}, "
-        f"bitsandbytes {v['bitsandbytes'] or 'not installed'}",
+        f"- {versions_line(v)}",
         f"- total wall time: {report['wall_s']} s (model build {report['model_build_s']} s)",
         "",
         "| case | status | wall (s) | layout | figures | peak memory (GiB) | reserved (GiB) | plan peak (GiB) "
@@ -778,29 +803,46 @@ def refusal(cases: list[str], smoke: bool) -> str | None:
     return None
 
 
+def _occupied(out: Path) -> str | None:
+    """Why ``out`` can't take this check's job folders: an earlier check's are there (they are never deleted)."""
+    jobs = out / JOBS
+    if jobs.is_dir() and any(jobs.iterdir()):
+        return f"{jobs} holds an earlier check's job folders: give another --out"
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--smoke", action="store_true", help="a tiny CPU run of precision and lora: checks the script")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for gpu_check.json and gpu_check.md")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"folder for the report and the job folders (default: a new one in {OUT_PARENT})",
+    )
     args = parser.parse_args()
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if args.smoke and args.cases == parser.get_default("cases"):
         cases = list(SMOKE_CASES)
-    if reason := refusal(cases, args.smoke):
+    found = versions()
+    print(versions_line(found), file=sys.stderr, flush=True)
+    out = args.out or OUT_PARENT / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if reason := refusal(cases, args.smoke) or _occupied(out):
         print(f"error: {reason}", file=sys.stderr)
         sys.exit(2)
 
     import torch
 
     started = time.monotonic()
+    # The random model and the timing shim are scratch; the job folders stay under <out>/jobs.
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         work = Path(tmp)
         (work / "shim").mkdir()
         (work / "shim" / "sitecustomize.py").write_text(TIMING_SHIM)
         ctx = Context(
             model_dir=work / "qwen2_5_0_5b_random",
-            work=work,
+            jobs=out / JOBS,
             shim_dir=work / "shim",
             smoke=args.smoke,
             deadline=started + TOTAL_BUDGET_S,
@@ -816,19 +858,17 @@ def main() -> None:
         "smoke": args.smoke,
         "gpu": gpu,
         "gpus_visible": ctx.gpus,
-        "versions": versions(),
+        "versions": found,
         "model_build_s": model_build_s,
         "wall_s": round(time.monotonic() - started, 1),
         "cases": rows,
     }
-    # A smoke run's figures say nothing about a GPU: they never replace the GPU run's files by default.
-    out = Path(tempfile.mkdtemp(prefix="gpu_check_smoke_")) if args.smoke and args.out == DEFAULT_OUT else args.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "gpu_check.json").write_text(json.dumps(report, indent=2) + "\n")
     table = markdown(report)
     (out / "gpu_check.md").write_text(table)
     print(table)
-    print(f"written to {out}", file=sys.stderr)
+    print(f"written to {out} (job folders in {out / JOBS})", file=sys.stderr)
     if any(r["status"] == "failed" for r in rows):
         sys.exit(1)
 

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from importlib import metadata
 
 import pytest
 
@@ -27,11 +28,25 @@ def load_script():
 
 
 @pytest.mark.skipif(hardware.cuda_available(), reason="this machine has a GPU: the check would run")
-def test_without_a_gpu_it_refuses_in_one_line():
-    result = subprocess.run([sys.executable, str(SCRIPT)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+def test_without_a_gpu_it_names_the_versions_then_refuses_in_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == ["error: no CUDA GPU visible: this check needs one (on a CPU, "
-                                                  "--smoke checks the script itself)"]  # fmt: skip
+    found, refusal = result.stderr.strip().splitlines()
+    python = ".".join(map(str, sys.version_info[:3]))
+    assert found.startswith(f"python {python}, torch {metadata.version('torch').split('+')[0]}")
+    assert f"trl {metadata.version('trl')}," in found and f"accelerate {metadata.version('accelerate')}," in found
+    assert refusal == "error: no CUDA GPU visible: this check needs one (on a CPU, --smoke checks the script itself)"
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_its_report_goes_outside_the_repository_and_never_over_an_earlier_checks_jobs(tmp_path):
+    script = load_script()
+    assert not script.OUT_PARENT.resolve().is_relative_to(ROOT)
+    assert script._occupied(tmp_path) is None
+    (tmp_path / "jobs" / "precision").mkdir(parents=True)
+    assert script._occupied(tmp_path) == f"{tmp_path / 'jobs'} holds an earlier check's job folders: give another --out"
 
 
 def test_the_made_up_tokenizer_has_the_asked_size_and_round_trips_text():
@@ -63,7 +78,10 @@ def test_the_table_shows_skipped_cases_and_a_missing_plan():
         "date": "2026-01-01T00:00:00+00:00",
         "smoke": False,
         "gpu": "NVIDIA H200",
-        "versions": {"torch": "2.13", "trl": "1.16", "transformers": "5", "vllm": None, "bitsandbytes": None},
+        "versions": {
+            **{name: None for name in script.VERSIONS_OF},
+            **{"python": "3.12.3", "torch": "2.13", "cuda": "13.0", "rocm": None, "trl": "1.16", "transformers": "5"},
+        },
         "wall_s": 1.0,
         "model_build_s": 0.5,
         "cases": [
@@ -83,6 +101,7 @@ def test_the_table_shows_skipped_cases_and_a_missing_plan():
         ],
     }
     table = script.markdown(report)
+    assert "- python 3.12.3, torch 2.13 (CUDA 13.0), transformers 5, trl 1.16, peft not installed," in table
     assert "| vllm | skipped | - | - | - | - | - | - | - | vLLM is not installed |" in table
     assert (
         "| lora | ok | 3.0 | cuda bf16, bfloat16 weights | lora_B nonzero 1.0 | 1.00 | - | - | plan.json missing |"
@@ -122,6 +141,9 @@ def test_smoke_runs_precision_and_lora_through_run_py(tmp_path):
     lora = rows["lora"]
     assert lora["status"] == "ok", lora
     assert lora["figures"]["lora_b_nonzero_share"] > 0.5
+
+    for case in ("precision", "lora"):  # each job's folder stays, with its logs
+        assert {"run.log", "console.log", "metrics.jsonl"} <= {p.name for p in (tmp_path / "jobs" / case).iterdir()}
 
     table = (tmp_path / "gpu_check.md").read_text()
     assert "| precision | ok |" in table and "| lora | ok |" in table and table in result.stdout

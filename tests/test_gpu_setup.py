@@ -1,8 +1,10 @@
-"""The GPU set-up installs what it names: make's stamp follows TORCH and EXTRAS, vLLM is pinned to TRL's range."""
+"""The set-up installs what it names (``make -n``: nothing runs): a later `make run` or `make test`
+keeps the last set-up's choices, a new TORCH replaces the installed build, and the vllm extra's pin
+picks torch in the same pip call."""
 
 from __future__ import annotations
 
-import re
+import os
 import shutil
 import subprocess
 import tomllib
@@ -13,29 +15,71 @@ import pytest
 from grpo_exp.config.layout import VLLM_RANGE
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
+CPU_EXTRAS = "dev,sweeps,optuna,dashboard,ray"
 
-def dry_run(venv: Path, *variables: str) -> str:
-    """What `make setup` would run (``make -n``: nothing is run)."""
-    done = subprocess.run(["make", "-n", "setup", f"VENV={venv}", *variables], cwd=ROOT, capture_output=True, text=True)
+
+def dry_run(venv: Path, target: str = "setup", *variables: str) -> list[str]:
+    """The commands `make <target>` would run, one per line (continuations joined)."""
+    done = subprocess.run(
+        ["make", "-n", target, f"VENV={venv}", *variables], cwd=ROOT, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stderr
-    return done.stdout
+    return [line.strip() for line in done.stdout.replace("\\\n", " ").splitlines()]
 
 
-def installs(venv: Path, *variables: str) -> list[str]:
-    return [line for line in dry_run(venv, *variables).splitlines() if "pip install" in line]
+def pip(lines: list[str]) -> list[str]:
+    return [line for line in lines if " -m pip " in line]
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
-def test_setting_up_for_the_gpu_after_the_cpu_installs_again(tmp_path):
-    """Finding 4: after `make test`, `make setup TORCH=torch EXTRAS=…,vllm,quant` did nothing."""
+def set_up_as(venv: Path, torch: str, extras: str, wheelhouse: str = "") -> None:
+    """A venv as `make setup TORCH=<torch> EXTRAS=<extras>` leaves it: the record and a fresh stamp."""
+    venv.mkdir(parents=True)
+    record = {"TORCH": torch, "EXTRAS": extras, "WHEELHOUSE": wheelhouse, "CONSTRAINTS": ""}
+    (venv / "setup.mk").write_text("".join(f"SETUP_{key} := {value}\n" for key, value in record.items()))
+    (venv / ".installed").touch()
+
+
+def test_a_fresh_venv_gets_the_cpu_build_and_the_default_extras(tmp_path):
+    installs = pip(dry_run(tmp_path / "venv"))
+    assert installs[-1].endswith(f'"torch==2.13.0" -e ".[{CPU_EXTRAS}]"')
+    assert not any("uninstall" in line for line in installs)
+
+
+def test_after_a_gpu_set_up_run_and_test_keep_it(tmp_path):
+    """Finding 3: `make run` after `make setup TORCH=torch EXTRAS=dev,vllm` ran the CPU set-up again."""
     venv = tmp_path / "venv"
-    assert any('"torch==2.13.0"' in line for line in installs(venv))
-    stamp = Path(re.search(r"touch (\S+)", dry_run(venv)).group(1))
-    stamp.parent.mkdir(parents=True)
-    stamp.touch()  # as if that set-up had run
-    assert installs(venv) == [], "the same set-up twice installs once"
-    gpu = installs(venv, "TORCH=torch", "EXTRAS=dev,vllm,quant")
-    assert any('"torch"' in line for line in gpu) and any(".[dev,vllm,quant]" in line for line in gpu)
+    set_up_as(venv, "torch", "dev,vllm,quant")
+    for target in ("run", "test", "setup"):
+        assert pip(dry_run(venv, target)) == [], f"make {target} set up again"
+    os.utime(venv / ".installed", (0, 0))  # pyproject.toml changed since: set up again, the GPU way
+    again = pip(dry_run(venv, "run"))
+    assert again[-1].endswith('"torch" -e ".[dev,vllm,quant]"') and not any("uninstall" in line for line in again)
+
+
+def test_a_new_torch_replaces_the_installed_build(tmp_path):
+    """pip keeps an installed +cpu torch that satisfies `torch`: the GPU set-up uninstalls it first."""
+    venv = tmp_path / "venv"
+    set_up_as(venv, "torch==2.13.0", CPU_EXTRAS)
+    installs = pip(dry_run(venv, "setup", "TORCH=torch", "EXTRAS=dev,vllm,quant"))
+    assert "uninstall --quiet --yes torch" in installs[-2]
+    assert installs[-1].endswith('"torch" -e ".[dev,vllm,quant]"')
+    # One pip call for torch and the extras: vLLM's torch pin picks the build (one download, not two).
+    assert sum(" install " in line and "--upgrade pip" not in line for line in installs) == 1
+
+
+def test_the_set_up_clears_the_stamps_of_earlier_set_ups(tmp_path):
+    lines = dry_run(tmp_path / "venv", "setup", "TORCH=torch")
+    assert f"rm -f {tmp_path / 'venv'}/.installed-*" in lines
+
+
+def test_torch_none_keeps_the_machines_torch_and_a_wheelhouse_needs_no_index(tmp_path):
+    venv = tmp_path / "venv"
+    lines = dry_run(venv, "setup", "TORCH=none", "WHEELHOUSE=/wh", "EXTRAS=dev")
+    assert lines[0].split()[-2:] == ["--system-site-packages", str(venv)]
+    installs = pip(lines)
+    assert "--upgrade pip" not in " ".join(installs)  # no index to upgrade from
+    assert installs[-1].split("install --quiet ")[1].split() == ["--no-index", "--find-links", "/wh", "-e", '".[dev]"']
 
 
 def test_vllm_is_pinned_to_the_releases_trl_accepts():
