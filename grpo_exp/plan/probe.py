@@ -13,6 +13,11 @@ many times as the largest group size asked about; every part scores them, staged
 disjoint groups of each size (``grpo.num_generations`` and ``probe.group_sizes``), so the share of
 groups that score all alike is measured, not estimated, at each size. The verdicts use the
 monitor's thresholds and quote its remedies, so the advice before training is the advice during it.
+
+A sample's shares move from one CPU to another (the sampled lengths follow its float arithmetic), so
+a verdict rests on evidence that holds beyond the sample drawn: shares are judged by their 95 %
+(Wilson) interval, not their point value, and a part that pays for a reply length (``length_score``'s
+``target``) is checked against what the limit holds, the characters of the completions it cut.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 
 from grpo_exp.config.schema import MonitorSettings
 from grpo_exp.errors import UserError
+from grpo_exp.quiet import library_bars_off
 from grpo_exp.rewards.compose import group_std
 from grpo_exp.rewards.solved import FLOAT_NOISE, at_ceiling
 from grpo_exp.spec import JobSpec
@@ -35,8 +41,10 @@ MEANING = {
     LEARNABLE: "groups differ: GRPO has something to compare",
     FLAT: "no group differs: no signal at this group size",
     CEILING: "most groups are already at the part's best score",
-    TRUNCATED: "cut at grpo.max_completion_length: most can't finish, or the cut ones score higher",
+    TRUNCATED: "cut at grpo.max_completion_length: the part asks for more, or the cut ones score best",
 }
+Z95 = 1.96  # the normal quantile of a two-sided 95 % interval
+PREFERS_CUT = 0.5  # a part whose best completion is a cut one in more groups than not pays for length
 
 
 def probe(spec: JobSpec) -> dict[str, Any]:
@@ -54,10 +62,11 @@ def probe(spec: JobSpec) -> dict[str, Any]:
     samples = sizes[-1]
     spec.layout.claim()
     _seed(settings.seed, settings.threads)
-    model, tokenizer = models.load(settings.model, models.model_path(settings.model), spec.layout)
+    with library_bars_off():  # the probe's table is the output
+        model, tokenizer = models.load(settings.model, models.model_path(settings.model), spec.layout)
+        prompts = data.load_splits(settings.dataset, tokenizer)[0]
     if spec.layout.gpu and not settings.model.quantization.load_in_4bit:
         model = model.to(f"cuda:{spec.layout.local_rank}")
-    prompts = data.load_splits(settings.dataset, tokenizer)[0]
     rows = [prompts[i] for i in sample_rows(len(prompts), settings.probe.prompts, settings.seed)]
     sampler = Sampler(
         model, tokenizer, list(spec.rewards), list(spec.weights), settings.grpo, settings.probe.generation_batch
@@ -68,12 +77,13 @@ def probe(spec: JobSpec) -> dict[str, Any]:
         reward.__name__: judge_part(
             reward.__name__,
             [s.parts[reward.__name__] for s in sampled],
-            [s.lengths for s in sampled],
             cut,
-            reward.ceiling,
-            sizes,
-            group,
-            settings.monitor,
+            sizes=sizes,
+            group=group,
+            monitor=settings.monitor,
+            ceiling=reward.ceiling,
+            chars=[s.chars for s in sampled],
+            asks_chars=reward.asks_chars,
         )
         for reward in spec.rewards
     }
@@ -85,6 +95,7 @@ def probe(spec: JobSpec) -> dict[str, Any]:
         "num_generations": group,
         "max_completion_length": settings.grpo.max_completion_length,
         "truncated": _share([c for row in cut for c in row]),
+        "truncated_interval": _interval([c for row in cut for c in row]),
         "mean_length": sum(lengths) / len(lengths) if lengths else None,
         "seconds": round(time.perf_counter() - started, 2),
     }
@@ -100,48 +111,51 @@ def group_sizes(asked: Sequence[int], group: int) -> list[int]:
 def judge_part(
     name: str,
     scores: list[list[float | None]],
-    lengths: list[list[int]],
     cut: list[list[bool]],
-    ceiling: float | None,
+    *,
     sizes: list[int],
     group: int,
     monitor: MonitorSettings,
+    ceiling: float | None = None,
+    chars: list[list[int]] | None = None,
+    asks_chars: int | None = None,
 ) -> dict[str, Any]:
-    """One part's figures and verdict from its scores, the completions' token counts and whether each was cut
-    (a list per prompt, the prompt's completions in order).
+    """One part's figures and verdict from its scores, whether each completion was cut, and each one's
+    characters (a list per prompt, the prompt's completions in order).
 
     ``alike``: per group size, the share of groups whose scored completions all score the same;
     ``at_ceiling``: at the run's group size, the share of groups at the part's ceiling. First match wins:
 
     - ceiling: more groups solved whole than ``monitor.max_zero_std_fraction`` (the monitor's converged groups);
     - flat: no group of the run's size differs;
-    - truncated: more completions cut than ``monitor.max_clipped_ratio`` (they can't finish), or a cut
-      one in more groups than that while the score clearly rises with length (a correlation above two
-      standard errors of none, 2 / sqrt(completions)): the part pays for length, GRPO favours the
-      longest, and training grows replies into the limit (the content-creation reward at 48 tokens);
+    - truncated, on any of three kinds of evidence, each judged so that another sample would agree:
+      the part asks for a reply longer than the limit holds (``asks_chars`` above the median characters
+      of the cut completions); the cut share's 95 % interval lies above ``monitor.max_clipped_ratio``
+      (most can't finish); or, of the groups with cut and whole completions, the 95 % interval of the
+      share whose best is a cut one lies above ``PREFERS_CUT`` (the part pays for what the limit cuts);
     - learnable.
     """
+    chars = chars or [[0] * len(row) for row in cut]
     rows = [
-        [(s, n, c) for s, n, c in zip(*row, strict=True) if s is not None]
-        for row in zip(scores, lengths, cut, strict=True)
+        [(s, c, n) for s, c, n in zip(*row, strict=True) if s is not None]
+        for row in zip(scores, cut, chars, strict=True)
     ]
     scored = [item for row in rows for item in row]
     groups = {size: _groups(rows, size) for size in sizes}
     values = {size: [[s for s, _, _ in g] for g in chunks] for size, chunks in groups.items()}
     alike = {str(size): _share([_alike(g) for g in chunks]) for size, chunks in values.items()}
     solved = _share([all(at_ceiling(s, ceiling) for s in g) for g in values[group]])
-    truncated = _share([c for _, _, c in scored])
-    cut_groups = _share([any(c for _, _, c in g) for g in groups[group]])
-    rise = _correlation([n for _, n, _ in scored], [s for s, _, _ in scored])
-    pays_for_length = rise is not None and rise > 2 / math.sqrt(len(scored))
+    cut_flags = [c for _, c, _ in scored]
+    mixed = [g for g in groups[group] if any(c for _, c, _ in g) and not all(c for _, c, _ in g)]
+    best_cut = [max(g, key=lambda item: item[0])[1] for g in mixed]
+    cut_chars = sorted(n for _, c, n in scored if c)
+    reach = cut_chars[len(cut_chars) // 2] if cut_chars else None  # what the limit holds, in characters
+    why = _truncated_why(asks_chars, reach, _interval(cut_flags), _interval(best_cut), len(best_cut), monitor)
     if solved is not None and solved > monitor.max_zero_std_fraction:
         verdict, remedy = CEILING, CEILING_REMEDY.format(part=name)
     elif not groups[group] or alike[str(group)] == 1.0:
         verdict, remedy = FLAT, FLAT_REMEDY.format(part=name)
-    elif truncated is not None and (
-        truncated > monitor.max_clipped_ratio
-        or (cut_groups is not None and cut_groups > monitor.max_clipped_ratio and pays_for_length)
-    ):
+    elif why is not None:
         verdict, remedy = TRUNCATED, TRUNCATED_REMEDY
     else:
         verdict, remedy = LEARNABLE, None
@@ -150,13 +164,38 @@ def judge_part(
         "mean": _mean([s for s, _, _ in scored]),
         "group_std": _group_std(values[group]),
         "alike": alike,
-        "truncated": truncated,
-        "groups_with_cut": cut_groups,
-        "length_correlation": rise,
+        "truncated": _share(cut_flags),
+        "truncated_interval": _interval(cut_flags),
+        "groups_with_cut": _share([any(c for _, c, _ in g) for g in groups[group]]),
+        "best_is_cut": _share(best_cut),
+        "best_is_cut_interval": _interval(best_cut),
+        "asks_chars": asks_chars,
+        "reach_chars": reach,
+        "why": why if verdict == TRUNCATED else None,
         "ceiling": ceiling,
         "at_ceiling": solved if ceiling is not None else None,
         "remedy": remedy,
     }
+
+
+def _truncated_why(
+    asks: int | None,
+    reach: int | None,
+    cut: tuple[float, float] | None,
+    best_cut: tuple[float, float] | None,
+    mixed: int,
+    monitor: MonitorSettings,
+) -> str | None:
+    """Why the part is truncated, in words, or None when no evidence says so."""
+    if asks is not None and reach is not None and asks > reach:
+        return f"it asks for {asks} characters; the limit holds about {reach} (the cut completions' median)"
+    if cut is not None and cut[0] > monitor.max_clipped_ratio:
+        return (
+            f"{cut[0]:.0%}-{cut[1]:.0%} of completions are cut (95 % interval), above {monitor.max_clipped_ratio:.0%}"
+        )
+    if best_cut is not None and best_cut[0] > PREFERS_CUT:
+        return f"in {best_cut[0]:.0%}-{best_cut[1]:.0%} of the {mixed} groups with a cut completion, the best is cut"
+    return None
 
 
 def format_probe(result: dict[str, Any]) -> str:
@@ -167,7 +206,7 @@ def format_probe(result: dict[str, Any]) -> str:
     header = (
         f"reward probe: {result['prompts']} training prompts x {result['samples_per_prompt']} completions of the "
         f"base model, group size {group}, up to {result['max_completion_length']} tokens "
-        f"({_pct(result['truncated'])} cut), {result['seconds']:.1f} s"
+        f"({_pct(result['truncated'])}{_pct_interval(result['truncated_interval'])} cut), {result['seconds']:.1f} s"
     )
     table = [("part", "verdict", "mean", "group std", f"alike at {size_label}", "cut")]
     for name, part in result["parts"].items():
@@ -178,7 +217,7 @@ def format_probe(result: dict[str, Any]) -> str:
                 _num(part["mean"]),
                 _num(part["group_std"]),
                 " ".join(_num(part["alike"].get(str(s)), 2) for s in sizes),
-                _pct(part["truncated"]),
+                _pct(part["truncated"]) + _pct_interval(part["truncated_interval"]),
             )
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
@@ -188,7 +227,8 @@ def format_probe(result: dict[str, Any]) -> str:
     ]
     for name, part in result["parts"].items():
         if part["verdict"] != LEARNABLE:
-            lines.append(f"  {name}: {part['verdict']}, {MEANING[part['verdict']]}; {part['remedy']}")
+            because = f" ({part['why']})" if part.get("why") else ""
+            lines.append(f"  {name}: {part['verdict']}, {MEANING[part['verdict']]}{because}; {part['remedy']}")
     lines.append(f"  (alike: share of groups whose completions all score the same; * the run's group size {group})")
     return "\n".join(lines)
 
@@ -210,15 +250,15 @@ def _groups(rows: list[list[Any]], size: int) -> list[list[Any]]:
     return [row[start : start + size] for row in rows for start in range(0, len(row) - size + 1, size)]
 
 
-def _correlation(x: list[float], y: list[float]) -> float | None:
-    """Pearson's correlation of two series; None when either doesn't vary."""
-    if len(x) < 2:
+def _interval(flags: list[bool]) -> tuple[float, float] | None:
+    """The Wilson score 95 % interval of a share: where the share of another sample of this size would lie."""
+    n = len(flags)
+    if not n:
         return None
-    mx, my = sum(x) / len(x), sum(y) / len(y)
-    sx, sy = math.sqrt(sum((a - mx) ** 2 for a in x)), math.sqrt(sum((b - my) ** 2 for b in y))
-    if not sx or not sy:
-        return None
-    return sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / (sx * sy)
+    share = sum(flags) / n
+    centre = (share + Z95**2 / (2 * n)) / (1 + Z95**2 / n)
+    half = Z95 * math.sqrt(share * (1 - share) / n + Z95**2 / (4 * n * n)) / (1 + Z95**2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _alike(values: list[float]) -> bool:
@@ -246,3 +286,7 @@ def _num(value: float | None, digits: int = 3) -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
+
+
+def _pct_interval(bounds: tuple[float, float] | list[float] | None) -> str:
+    return "" if bounds is None else f" [{bounds[0]:.0%}-{bounds[1]:.0%}]"

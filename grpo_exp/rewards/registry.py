@@ -21,21 +21,32 @@ RewardFn = Callable[..., list[float | None]]
 
 REWARDS: Registry[RewardFn] = Registry("reward function", hint=" (or give a dotted path such as my_rewards.reward_fn)")
 CEILINGS: dict[str, float] = {}  # part name -> its best score, as registered
+LENGTH_PARAMS: dict[str, str] = {}  # part name -> its param that is the reply length (characters) it pays for
 get = REWARDS.get
 names = REWARDS.names
 
 
-def register(name: str, ceiling: float | None = None) -> Callable[[RewardFn], RewardFn]:
-    """Decorator adding a reward part under ``name``, with the best score it gives (None: unbounded)."""
+def register(name: str, ceiling: float | None = None, length: str | None = None) -> Callable[[RewardFn], RewardFn]:
+    """Decorator adding a reward part under ``name``, with the best score it gives (None: unbounded) and,
+    for a part that pays for a reply's length, the param holding that length in characters (the probe
+    checks it fits in ``grpo.max_completion_length``)."""
     add = REWARDS.register(name)
 
     def add_with_ceiling(fn: RewardFn) -> RewardFn:
         added = add(fn)
         if ceiling is not None:
             CEILINGS[name] = float(ceiling)
+        if length is not None:
+            LENGTH_PARAMS[name] = length
         return added
 
     return add_with_ceiling
+
+
+def asked_length(name: str, params: dict) -> int | None:
+    """The reply length in characters a registered part pays for, from its params (None: it names none)."""
+    value = params.get(LENGTH_PARAMS.get(name, ""))
+    return int(value) if isinstance(value, int | float) else None
 
 
 def ceiling(name: str) -> float | None:

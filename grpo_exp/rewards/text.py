@@ -42,7 +42,7 @@ def contains_all(completions: list[str], *, words: Sequence[str], **_: Any) -> l
     return [1.0 if all(w in c for w in words) else 0.0 for c in completions]
 
 
-@register("length_score", ceiling=0.0)
+@register("length_score", ceiling=0.0, length="target")
 def length_score(completions: list[str], *, target: int, **_: Any) -> list[float]:
     """``-|target - len(reply)| / target``: 0 at the target length, falling linearly either side."""
     return [-abs(target - len(c)) / target for c in completions]

@@ -16,18 +16,19 @@ from types import SimpleNamespace
 from typing import Any
 
 from grpo_exp.config.schema import GrpoSettings
-from grpo_exp.rewards.compose import WeightedReward
+from grpo_exp.rewards.compose import WeightedReward, completion_text
 
 
 @dataclass(frozen=True)
 class Sampled:
     """One row's completions as scored: weighted totals, each part's scores (None: not scored), token
-    counts, and whether each was cut at the length limit (no end-of-sequence token)."""
+    and character counts, and whether each was cut at the length limit (no end-of-sequence token)."""
 
     totals: list[float]
     parts: dict[str, list[float | None]]
     lengths: list[int]
     truncated: list[bool]
+    chars: list[int]
 
 
 @dataclass
@@ -66,6 +67,7 @@ class Sampler:
                         {name: scores[span] for name, scores in parts.items()},
                         [len(t) for t in ids[span]],
                         cut[span],
+                        [len(completion_text(c)) for c in completions[span]],
                     )
                 )
         return sampled

@@ -11,17 +11,14 @@ with every checkpoint. Neither has a setting of its own, hence this small subcla
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import logging
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trl.trainer.grpo_trainer as grpo_module
-from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 
 from grpo_exp import data, models
@@ -31,6 +28,7 @@ from grpo_exp.config.schema import ExperimentConfig
 from grpo_exp.config.trl_map import optimizer_fields
 from grpo_exp.config.trl_schema import TrlGrpoFields
 from grpo_exp.folder import JobFolder
+from grpo_exp.quiet import library_bars_off
 from grpo_exp.spec import JobSpec
 from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.training import trl_fields
@@ -81,18 +79,6 @@ def _no_print(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-@contextlib.contextmanager
-def library_bars_off() -> Iterator[None]:
-    """No transformers/hub progress bars (loading, saving) inside the block; the training bar is not one of them."""
-    was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_on:
-            hf_logging.enable_progress_bar()
-
-
 def build_trainer(
     spec: JobSpec, stage: Stage, folder: JobFolder, monitor: HealthMonitor, stop: StopRequest, tracked: bool
 ) -> JobTrainer:
@@ -105,7 +91,7 @@ def build_trainer(
 
     settings = stage.settings
     _quiet_library_noise()
-    datasets.disable_progress_bars()  # the prompt set maps in milliseconds; its bars would only clutter
+    datasets.disable_progress_bars()  # for the whole job: TRL maps the prompts again inside the trainer
     set_seed(settings.seed)
     if settings.threads:
         import torch
