@@ -78,11 +78,16 @@ lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 # The same test command in a second venv at the low end of pyproject's range (the stack the vllm
-# extra resolves, with CPU torch), on the tests that train and build TRL's config.
+# extra resolves, with CPU torch), on tests that train and build TRL's config: the default run's
+# tests (one training run between them), a trainer built from every grpo option, the field checks.
 LOW_VENV ?= .venv-low
-LOW_TESTS ?= tests/test_supported_range.py tests/test_trl_fields.py tests/test_train_e2e.py tests/test_vllm_on_cpu.py \
-	"tests/test_trl_schema.py::test_trl_accepts_our_grpo_defaults" \
-	"tests/test_trl_schema.py::test_options_that_were_never_mapped_reach_the_trainer"
+E2E := tests/test_train_e2e.py
+LOW_TESTS ?= tests/test_supported_range.py tests/test_trl_fields.py tests/test_vllm_on_cpu.py \
+	$(E2E)::test_reward_rises $(E2E)::test_metrics_hold_reward_std_and_kl_every_step \
+	$(E2E)::test_job_folder_holds_model_config_and_summary $(E2E)::test_offline_wandb_run_is_in_the_job_folder \
+	$(E2E)::test_console_stays_quiet_with_completions_logged_and_checkpoints_on \
+	tests/test_trl_schema.py::test_trl_accepts_our_grpo_defaults \
+	tests/test_trl_schema.py::test_options_that_were_never_mapped_reach_the_trainer
 
 test-low:
 	$(MAKE) test VENV=$(LOW_VENV) TORCH=$(DEFAULT_TORCH) EXTRAS=dev CONSTRAINTS=constraints/low.txt \
