@@ -18,7 +18,7 @@ BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 FP32 = 4
 HALF = 2  # bytes of a bf16 or fp16 value
 SIXTEEN_BIT = ("bf16", "fp16")
-_SIXTEEN_BIT_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
+SIXTEEN_BIT_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
 SHARDINGS = ("none", "ddp", "zero2", "zero3", "fsdp")
 DEEPSPEED = ("zero2", "zero3")  # DeepSpeed's bf16 mode: 16-bit weights and gradients, fp32 master copies
 
@@ -59,7 +59,7 @@ def job_target(
         precision = precision_policy(cfg, gpu)
         weights = reference = weight_dtype_policy(cfg, gpu, precision)
         if gpu and not cfg.model.lora.enabled:
-            reference = _SIXTEEN_BIT_DTYPE.get(precision, "float32")
+            reference = SIXTEEN_BIT_DTYPE.get(precision, "float32")
     else:
         weights = getattr(layout, "weight_dtype", None) or weight_dtype_policy(cfg, gpu, precision)
         reference = getattr(layout, "reference_dtype", None) or weights
@@ -105,7 +105,7 @@ def weight_dtype_policy(cfg: ExperimentConfig, gpu: bool, precision: str) -> str
         if precision not in SIXTEEN_BIT:
             return "float32"
         if model.dtype not in BYTES:  # auto: the autocast dtype
-            return _SIXTEEN_BIT_DTYPE[precision]
+            return SIXTEEN_BIT_DTYPE[precision]
         return "float16" if model.dtype == "bfloat16" and precision == "fp16" else model.dtype
     return str(getattr(model.master_weights, "value", model.master_weights))
 
@@ -120,13 +120,9 @@ def sharding_from_env(processes: int) -> str:
 
 
 def device_memory(layout: Any) -> tuple[int | None, str]:
-    """The memory of the layout's GPU (torch.cuda: a GPU job has loaded torch anyway), or this machine's RAM."""
+    """The memory of the layout's GPU (as the layout read it, without starting CUDA here), or this machine's RAM."""
     if layout.gpu:
-        import torch
-
-        index = int(getattr(layout, "local_rank", 0))
-        properties = torch.cuda.get_device_properties(index)
-        return int(properties.total_memory), f"GPU {index} ({properties.name})"
+        return layout.gpu_memory, f"GPU {layout.gpu_index} ({layout.gpu_name})"
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
