@@ -32,6 +32,7 @@ from importlib import metadata
 from typing import Any
 
 from grpo_exp.cache import cache_root
+from grpo_exp.errors import UserError
 
 MODES = ("float32", "autocast", "16-bit")
 CACHE_DIR = "activations"  # under grpo_exp.cache's folder
@@ -40,6 +41,7 @@ BATCH = 1
 VOCAB = 128  # the measured model's vocabulary: the embedding and head don't enter a layer's bytes
 # config.json keys that don't shape a layer (or that a one-layer build must not keep)
 UNSHAPING = ("architectures", "torch_dtype", "dtype", "quantization_config", "layer_types", "transformers_version")
+REASON_CHARS = 80  # of a failed build's message, in the one-line error
 VERSIONED = ("torch", "transformers")  # a new release may save other tensors: measure again
 
 
@@ -67,7 +69,15 @@ def activations(config: dict[str, Any], mode: str) -> Activations:
     except (OSError, ValueError, KeyError):
         pass
     start = time.perf_counter()
-    layer, outside = measure(config, mode)
+    try:
+        layer, outside = measure(config, mode)
+    except Exception as exc:  # a family transformers can't build from its config alone (remote code)
+        model_type = (config.get("text_config") or config).get("model_type")
+        why = str(exc).splitlines()[0][:REASON_CHARS] if str(exc) else ""
+        raise UserError(
+            f"can't build one layer of model_type={model_type} to measure its activations "
+            f"({type(exc).__name__}: {why}); plan a model whose family transformers knows"
+        ) from None
     seconds = time.perf_counter() - start
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_suffix(f".{os.getpid()}.partial")

@@ -339,14 +339,14 @@ def residual_mode(weight_bytes: int, target: Target) -> str:
 
 
 def adapter_dtype(cfg: ExperimentConfig, target: Target) -> str:
-    """A LoRA adapter's dtype as it trains. TRL 1.16 casts a quantized model's trainable parameters
-    to bf16 (and a LoRA model's under ZeRO-3, to the base's 16-bit dtype); the job casts a QLoRA
-    adapter back to fp32 on a GPU without native bf16, whose fp16 grad scaler can't unscale bf16
-    gradients. Any other adapter is fp32."""
-    if target.sharding == "zero3" or (target.sharding in DEEPSPEED and cfg.model.lora.enabled):
-        return "bfloat16" if target.precision != "fp16" else "float16"
-    if cfg.model.quantization.load_in_4bit and target.gpu:
+    """A LoRA adapter's dtype as it trains (``config.layout``'s policy, for the plan's launch): TRL
+    1.16 casts a quantized model's trainable parameters to bf16, and the job casts them back to
+    fp32 under fp16 autocast, whose grad scaler can't unscale bf16 gradients; under ZeRO-3 TRL keeps
+    a LoRA adapter in the base's dtype; any other adapter is fp32."""
+    if cfg.model.quantization.load_in_4bit:
         return "bfloat16" if target.precision == "bf16" else "float32"
+    if target.gpu and target.sharding == "zero3":
+        return target.weight_dtype
     return "float32"
 
 
