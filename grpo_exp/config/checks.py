@@ -100,6 +100,16 @@ RANGES: dict[str, Bound] = {
     "monitor.min_improvement": NON_NEGATIVE,
     "monitor.window": AT_LEAST_ONE,
     "monitor.solved_window": COUNT,
+    "monitor.max_rollbacks": NON_NEGATIVE,
+    "monitor.collapse_drop": Bound(0, 1, low_open=True, high_open=True),
+    "monitor.collapse_window": AT_LEAST_ONE,
+    "monitor.collapse_kl_multiple": Bound(1),
+    "monitor.healthy_every": AT_LEAST_ONE,
+    "monitor.remedy.lr_factor": Bound(0, 1, low_open=True),
+    "monitor.remedy.warmup_steps": NON_NEGATIVE,
+    "monitor.remedy.num_generations": Bound(
+        2, why="monitor.remedy.num_generations={value}: GRPO compares completions within a group, use 4 or more"
+    ),
     "probe.prompts": COUNT,
     "probe.generation_batch": COUNT,
     "reward.timeout_s": NON_NEGATIVE,
@@ -150,6 +160,20 @@ def check(cfg: ExperimentConfig) -> None:
         )
     if cfg.adaptive.enabled:
         _check_adaptive(cfg)
+    if cfg.monitor.on_collapse != "warn":
+        _check_rollback(cfg)
+
+
+def _check_rollback(cfg: ExperimentConfig) -> None:
+    """A rollback resumes a checkpoint of one plain run."""
+    if cfg.monitor.on_collapse == "rollback" and cfg.grpo.save_steps <= 0:
+        raise UserError(
+            "monitor.on_collapse=rollback goes back to a checkpoint: set grpo.save_steps above 0 (or use warn or stop)"
+        )
+    if cfg.adaptive.enabled:
+        raise UserError(
+            f"monitor.on_collapse={cfg.monitor.on_collapse} watches a plain run; with adaptive.enabled=true use warn"
+        )
 
 
 def check_model(cfg: ExperimentConfig) -> None:

@@ -213,6 +213,21 @@ class ProbeSettings:
     generation_batch: int = 16
 
 
+class OnCollapse(StrEnum):
+    warn = "warn"  # today's behaviour: the alerts, and the run goes on
+    rollback = "rollback"  # back to the last healthy checkpoint, with the remedy
+    stop = "stop"  # end the run with one line
+
+
+@dataclass
+class RemedySettings:
+    """What a rollback changes before it trains again (conf/monitor/default.yaml: monitor.remedy)."""
+
+    lr_factor: float = 0.5
+    warmup_steps: int = 10
+    num_generations: int | None = None
+
+
 @dataclass
 class MonitorSettings:
     kl_threshold: float = 0.1
@@ -226,6 +241,13 @@ class MonitorSettings:
     window: int = 10
     stop_when_solved: bool = False
     solved_window: int = 20
+    on_collapse: OnCollapse = OnCollapse.warn
+    max_rollbacks: int = 2
+    collapse_drop: float = 0.5
+    collapse_window: int = 10
+    collapse_kl_multiple: float = 10.0
+    healthy_every: int = 10
+    remedy: RemedySettings = field(default_factory=RemedySettings)
 
 
 class LoggerBackend(StrEnum):

@@ -29,6 +29,9 @@ def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | Non
         )
     alerts = summary.get("alerts") or []
     rows.append(("alerts", ", ".join(f"{a['kind']} (step {a['step']})" for a in alerts) or "none"))
+    for r in summary.get("rollbacks") or []:  # monitor.on_collapse=rollback
+        went = f"{r['cause']} at step {r['from_step']} -> back to step {r['to_step']}"
+        rows.append(("rollback", f"{went}; {r['change']}"))
     rows.append(("folder", str(job_dir)))
     if wandb_hint:
         rows.append(("W&B", wandb_hint))

@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 from transformers.integrations import WandbCallback
 from transformers.trainer_callback import ProgressCallback
 
-from grpo_exp.config.schema import MonitorSettings
+from grpo_exp.config.schema import MonitorSettings, OnCollapse
 from grpo_exp.errors import UserError
 from grpo_exp.folder import JobFolder
 from grpo_exp.rewards.solved import SOLVED
@@ -51,7 +51,8 @@ class JobCallback(TrainerCallback):
             self.folder.append_row(metrics_row(state.global_step, logs))
             if not is_evaluation(logs):  # the health checks watch training; held-out scores are their own rows
                 self._report(self.monitor.observe(state.global_step, logs))
-        if any(isinstance(logs.get(k), float) and math.isnan(logs[k]) for k in DIVERGENCE_KEYS):
+        rolls_back = self.monitor.settings.on_collapse is OnCollapse.rollback  # rollback.CollapseWatch acts on it
+        if not rolls_back and any(isinstance(logs.get(k), float) and math.isnan(logs[k]) for k in DIVERGENCE_KEYS):
             raise UserError(
                 f"training diverged: the loss is NaN at step {state.global_step}; "
                 "lower optimizer.lr, keep optimizer.max_grad_norm set, and check the rewards for inf"
@@ -73,7 +74,8 @@ class SignalProgress(ProgressCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and self.training_bar is not None and logs:
-            shown = {label: f"{logs[key]:.3g}" for key, label in BAR_FIELDS.items() if key in logs}
+            numbers = {key: v for key, v in logs.items() if isinstance(v, int | float)}  # an all-NaN mean is None
+            shown = {label: f"{numbers[key]:.3g}" for key, label in BAR_FIELDS.items() if key in numbers}
             if shown:
                 self.training_bar.set_postfix(shown, refresh=False)
 

@@ -23,6 +23,7 @@ from grpo_exp.errors import describe_failure
 from grpo_exp.folder import JobFolder
 from grpo_exp.spec import JobSpec
 from grpo_exp.tracking import provenance
+from grpo_exp.tracking.collapse import rollback_records
 from grpo_exp.tracking.metrics import (
     eval_rows,
     objective_value,
@@ -96,7 +97,7 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
         from grpo_exp.training.schedule import schedule_for
         from grpo_exp.training.trainer import build_trainer
 
-        schedule = schedule_for(spec, folder, point, stop)
+        schedule = schedule_for(spec, folder, point, stop, monitor)
         run, trainer = None, None
         try:
             with stop.listening():
@@ -223,6 +224,7 @@ def _summary(
         "objective": objective,  # what the job returned to the sweeper: a held-out one falls back without eval
         "objective_value": value,
         "alerts": [{"kind": a.kind, "step": a.step, "message": a.message} for a in monitor.alerts],
+        **({"rollbacks": rolled} if (rolled := rollback_records(rows)) else {}),  # monitor.on_collapse=rollback
         "overrides": {k: v if scalar(v) else str(v) for k, v in identity.overrides.items()},
     }
     if write:

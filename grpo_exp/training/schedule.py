@@ -24,10 +24,11 @@ from transformers import TrainerCallback
 from grpo_exp import data, models
 from grpo_exp.config import checks
 from grpo_exp.config.layout import Layout
-from grpo_exp.config.schema import ExperimentConfig, ModelSettings
+from grpo_exp.config.schema import ExperimentConfig, ModelSettings, OnCollapse
 from grpo_exp.folder import JobFolder
 from grpo_exp.spec import JobSpec
 from grpo_exp.tracking.metrics import metrics_row
+from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.tracking.wandb_run import safely
 from grpo_exp.training import checkpoints
 from grpo_exp.training.callbacks import StageBounds
@@ -59,8 +60,16 @@ class Schedule(Protocol):
         """Send what the schedule recorded before the W&B run was open to it (``run`` may be None)."""
 
 
-def schedule_for(spec: JobSpec, folder: JobFolder, point: ResumePoint | None, stop: StopRequest) -> Schedule:
-    return AdaptiveStages(spec, folder, point, stop) if spec.settings.adaptive.enabled else OneStage(spec, point)
+def schedule_for(
+    spec: JobSpec, folder: JobFolder, point: ResumePoint | None, stop: StopRequest, monitor: HealthMonitor
+) -> Schedule:
+    if spec.settings.adaptive.enabled:
+        return AdaptiveStages(spec, folder, point, stop)
+    if spec.settings.monitor.on_collapse is not OnCollapse.warn:
+        from grpo_exp.training.rollback import RollbackStages  # it builds on Stage: imported here, not above
+
+        return RollbackStages(spec, folder, monitor, point, stop)
+    return OneStage(spec, point)
 
 
 class OneStage:

@@ -1,0 +1,223 @@
+"""Runs that steady themselves: ``monitor.on_collapse=rollback`` (and ``stop``).
+
+Built on resume. ``CollapseWatch`` judges each logged step (tracking/collapse.py) and asks for a
+checkpoint every ``monitor.healthy_every`` healthy steps, keeping the newest one from before the
+trouble out of the trainer's rotation. At a collapse it ends the stage; ``RollbackStages`` then
+deletes the checkpoints after the last healthy one, rewinds ``metrics.jsonl`` to it (the steps after
+are trained again and logged once, in their final form), restores the health monitor's state, writes
+the rollback as a ``rollback/*`` row and trains a new stage from that checkpoint with the remedy:
+the learning rate times ``monitor.remedy.lr_factor`` (compounding over rollbacks) warmed up again over
+``monitor.remedy.warmup_steps``, and the group size ``monitor.remedy.num_generations`` when set.
+
+A run killed after a rollback resumes as any run does; the rollback rows left in ``metrics.jsonl``
+re-apply the remedy (``Remedy``) and count towards ``monitor.max_rollbacks``. Past that count the
+next collapse ends the run with one line, as ``on_collapse=stop`` ends it at the first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from grpo_exp.config import checks
+from grpo_exp.config.schema import OnCollapse
+from grpo_exp.errors import UserError
+from grpo_exp.folder import SEAL_FILE, JobFolder
+from grpo_exp.spec import JobSpec
+from grpo_exp.tracking.collapse import ROLLBACK_PREFIX, Collapse, CollapseDetector, rollback_records
+from grpo_exp.tracking.metrics import is_evaluation, training_rows
+from grpo_exp.tracking.monitor import HealthMonitor
+from grpo_exp.tracking.wandb_run import safely
+from grpo_exp.training import checkpoints
+from grpo_exp.training.checkpoints import Checkpoint, ResumePoint
+from grpo_exp.training.schedule import Stage
+from grpo_exp.training.stops import StopRequest
+
+log = logging.getLogger("grpo_exp.tracking.monitor")
+
+
+class Collapsed(UserError):
+    """The run collapsed and may not roll back (``on_collapse=stop``, or ``max_rollbacks`` spent)."""
+
+
+class CollapseWatch(TrainerCallback):
+    """Judges each training step; asks for healthy checkpoints; at a collapse ends the stage (rollback)
+    or the run (stop)."""
+
+    def __init__(self, spec: JobSpec, folder: JobFolder, since: int) -> None:
+        self.settings = spec.settings.monitor
+        self.detector = CollapseDetector(self.settings)
+        self.detector.replay(training_rows(folder.rows()))
+        self.last_save = since  # the step the stage starts from holds a checkpoint (or is step 0)
+        self.saved: list[int] = []  # healthy checkpoints asked for, oldest first
+        self.collapse: Collapse | None = None
+        self.rolls_back = self.settings.on_collapse is OnCollapse.rollback and spec.settings.grpo.save_steps > 0
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or is_evaluation(logs) or self.collapse is not None:
+            return
+        step = state.global_step
+        self.collapse = self.detector.observe(step, logs)
+        if self.collapse is not None:
+            if self.settings.on_collapse is OnCollapse.stop:
+                raise Collapsed(f"training collapsed: {self.collapse.message} (monitor.on_collapse=stop); {FIX}")
+            control.should_training_stop = True
+            control.should_save = False  # a checkpoint of the collapsed policy is of no use
+        elif self.rolls_back and self.detector.healthy and step - self.last_save >= self.settings.healthy_every:
+            control.should_save = True
+
+    def on_save(self, args, state, control, **kwargs):
+        """Keep the newest checkpoint from the reward's healthy stretch out of the trainer's rotation
+        (transformers never deletes ``best_model_checkpoint``)."""
+        self.last_save = state.global_step
+        if self.detector.healthy:
+            self.saved.append(state.global_step)
+        kept = [s for s in self.saved if s <= self.detector.peak_step] or self.saved[-1:]
+        if kept:
+            state.best_model_checkpoint = str(JobFolder(Path(args.output_dir)).checkpoint(kept[-1]))
+
+
+class Remedy(TrainerCallback):
+    """Applies the rollbacks' remedy once the trainer has restored its optimizer and scheduler: the
+    learning rate scaled by the rollbacks' factor, warmed up again from the last rollback's step.
+
+    The scheduler's state holds the learning rate it started with, so the remedy is applied to it at
+    every start (a resume included) from the rollback records rather than through the config."""
+
+    def __init__(self, factor: float, since: int, warmup_steps: int) -> None:
+        self.factor, self.since, self.warmup = factor, since, warmup_steps
+
+    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # accelerate may wrap it
+        if scheduler is None or not hasattr(scheduler, "lr_lambdas"):
+            raise UserError(
+                f"monitor.on_collapse=rollback changes the learning rate of a LambdaLR schedule; "
+                f"{type(scheduler).__name__} is not one: use optimizer.scheduler=linear or cosine"
+            )
+        since, warmup = self.since, self.warmup
+        scheduler.base_lrs = [args.learning_rate * self.factor for _ in scheduler.base_lrs]
+        scheduler.lr_lambdas = [
+            (lambda step, f=f: f(step) * min(1.0, (step - since + 1) / warmup) if warmup else f(step))
+            for f in scheduler.lr_lambdas
+        ]
+        lrs = [base * f(scheduler.last_epoch) for base, f in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)]
+        for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+            group["lr"] = lr
+        scheduler._last_lr = lrs
+
+
+FIX = "lower optimizer.lr, raise grpo.num_generations, or simplify the reward"
+
+
+class RollbackStages:
+    """A plain run that goes back to its last healthy checkpoint at a collapse (``on_collapse=rollback``),
+    or one that only watches (``stop``): one stage, then one more per rollback."""
+
+    def __init__(
+        self, spec: JobSpec, folder: JobFolder, monitor: HealthMonitor, point: ResumePoint | None, stop: StopRequest
+    ) -> None:
+        self.spec, self.folder, self.monitor, self.stop = spec, folder, monitor, stop
+        self.start = point.checkpoint if point else None
+        self.watch: CollapseWatch | None = None
+        self.pending: list[dict[str, Any]] = []  # rollbacks for W&B, sent once the run is open
+
+    def next_stage(self, previous: Any) -> Stage | None:
+        if previous is not None:
+            collapse = self.watch.collapse if self.watch else None
+            if collapse is None or self.stop.signum is not None:
+                return None
+            self.start = self._roll_back(collapse)
+        records = rollback_records(self.folder.rows())
+        settings, remedy = self.spec.settings, self.spec.settings.monitor.remedy
+        if records and remedy.num_generations:
+            settings = checks.with_group(settings, remedy.num_generations, self.spec.layout.processes)
+        since = self.start.step if self.start else 0
+        self.watch = CollapseWatch(self.spec, self.folder, since)
+        callbacks: list[TrainerCallback] = [self.watch]
+        if records:
+            factor = math.prod(remedy.lr_factor for _ in records)
+            callbacks.append(Remedy(factor, records[-1]["to_step"], remedy.warmup_steps))
+        return Stage(settings, self.start, final=True, callbacks=callbacks)
+
+    def publish(self, run: Any) -> None:
+        """Each rollback as a W&B alert, a step marker and a summary entry."""
+        if run is None:
+            return
+        for record in self.pending:
+            marker = {ROLLBACK_PREFIX + k: record[k] for k in ("to_step", "from_step")}
+            safely(lambda m=marker: run.log(m))
+            safely(lambda r=record: run.summary.update({f"{ROLLBACK_PREFIX}{r['index']}": r}))
+            safely(
+                lambda r=record: run.alert(
+                    title=f"rollback {r['index']}: {r['cause']}",
+                    text=f"back to step {r['to_step']} from step {r['from_step']}: {r['message']}; {r['change']}",
+                )
+            )
+        self.pending.clear()
+
+    def _roll_back(self, collapse: Collapse) -> Checkpoint:
+        """Back to the newest whole checkpoint at or before the last healthy step; the rollback recorded."""
+        settings = self.spec.settings.monitor
+        done = rollback_records(self.folder.rows())
+        if len(done) >= settings.max_rollbacks:
+            raise Collapsed(
+                f"training collapsed again: {collapse.message}; {len(done)} rollback(s) taken, "
+                f"monitor.max_rollbacks={settings.max_rollbacks} reached; {FIX}"
+            )
+        target = next(
+            (
+                Checkpoint(path, step, json.loads((path / SEAL_FILE).read_text(encoding="utf-8")))
+                for step, path in self.folder.checkpoints()  # newest first
+                if step <= collapse.healthy_step and checkpoints.problem(path) is None
+            ),
+            None,
+        )
+        if target is None:
+            raise Collapsed(
+                f"training collapsed ({collapse.message}) and no checkpoint from before step "
+                f"{collapse.healthy_step + 1} exists to go back to; lower monitor.healthy_every, or {FIX}"
+            )
+        for step, path in self.folder.checkpoints():
+            if step > target.step:
+                shutil.rmtree(path, ignore_errors=True)
+        if self.spec.layout.primary:
+            self.folder.rewind(target.step)
+        self.monitor.load_state_dict(target.state.get("monitor", {}))
+        record = self._record(collapse, target.step, len(done) + 1)
+        if self.spec.layout.primary:
+            self.folder.append_row({"step": target.step, **{ROLLBACK_PREFIX + k: v for k, v in record.items()}})
+        log.warning(
+            "step %d: %s; rollback %d of %d: back to step %d, %s",
+            collapse.step,
+            collapse.message,
+            record["index"],
+            settings.max_rollbacks,
+            target.step,
+            record["change"],
+        )
+        self.pending.append(record)
+        return target
+
+    def _record(self, collapse: Collapse, to_step: int, index: int) -> dict[str, Any]:
+        remedy, lr = self.spec.settings.monitor.remedy, self.spec.settings.optimizer.lr
+        new_lr = lr * remedy.lr_factor**index
+        change = f"optimizer.lr {lr * remedy.lr_factor ** (index - 1):.3g} -> {new_lr:.3g}"
+        if remedy.warmup_steps:
+            change += f", warmed up over {remedy.warmup_steps} steps"
+        if remedy.num_generations:
+            change += f", grpo.num_generations {self.spec.settings.grpo.num_generations} -> {remedy.num_generations}"
+        return {
+            "index": index,
+            "to_step": to_step,
+            "from_step": collapse.step,
+            "cause": collapse.cause,
+            "message": collapse.message,
+            "change": change,
+            "lr": new_lr,
+        }

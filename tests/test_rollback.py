@@ -1,0 +1,163 @@
+"""monitor.on_collapse: what a collapse is (the detector), and rollbacks for real on the tiny model:
+an injected NaN reward, a KL spike with max_rollbacks reached, and a rollback then SIGKILL then resume."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from grpo_exp.tracking.collapse import CollapseDetector, rollback_records
+from grpo_exp.tracking.metrics import read_metrics
+from grpo_exp.training import checkpoints
+from tests.test_long_runs import last_step, run, start, wait_for
+
+LR = 1e-3
+# A reward that scores by length and returns NaN for every completion of its nan_call-th call, once
+# per job (a marker file beside it says it has), so neither the rollback nor a resume meets it again.
+NAN_REWARD = """
+import math
+from pathlib import Path
+
+calls = 0
+MARKER = Path({marker!r})
+
+
+def reward(completions, **kwargs):
+    global calls
+    calls += 1
+    if calls == {nan_call} and not MARKER.exists():
+        MARKER.touch()
+        return [math.nan] * len(completions)
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return [min(len(t), 60) / 60 for t in texts]
+"""
+QUIET = ("logger=none", "dataset.eval_fraction=0", "save_model=false", "threads=1", f"optimizer.lr={LR}")
+
+
+def rows_for(rise: list[float], fall: list[float]) -> list[dict]:
+    return [{"reward": r, "kl": 0.01, "loss": 0.1} for r in rise + fall]
+
+
+def observe_all(detector: CollapseDetector, rows: list[dict]):
+    for step, row in enumerate(rows, start=1):
+        if (collapse := detector.observe(step, row)) is not None:
+            return collapse
+    return None
+
+
+def test_a_reward_that_rises_then_stays_down_is_a_collapse_back_to_its_peak(settings):
+    s = settings("monitor.window=2", "monitor.collapse_window=3", "monitor.collapse_drop=0.5")
+    collapse = observe_all(CollapseDetector(s.monitor), rows_for([0.1, 0.1, 0.5, 0.9, 0.9], [0.2] * 6))
+    assert collapse is not None and collapse.cause == "reward_collapse"
+    assert collapse.healthy_step == 5  # the windowed mean peaked at step 5 (0.9, 0.9)
+    assert collapse.step == 9  # down (mean under 0.9 - 0.5 x 0.8) from step 7, for 3 steps
+
+
+def test_a_dip_that_recovers_or_a_rise_within_noise_is_no_collapse(settings):
+    s = settings("monitor.window=2", "monitor.collapse_window=3")
+    dip = rows_for([0.1, 0.1, 0.9, 0.9], [0.2, 0.2, 0.9, 0.9, 0.9, 0.9])
+    assert observe_all(CollapseDetector(s.monitor), dip) is None
+    noise = rows_for([0.50, 0.52, 0.53], [0.50] * 10)  # a rise of 0.02 < monitor.min_improvement
+    assert observe_all(CollapseDetector(s.monitor), noise) is None
+
+
+def test_a_kl_spike_or_a_nan_is_a_collapse_back_to_the_step_before(settings):
+    s = settings("monitor.kl_threshold=0.1", "monitor.collapse_kl_multiple=10")
+    spike = [*rows_for([0.1] * 3, []), {"reward": 0.1, "kl": 1.5, "loss": 0.1}]
+    collapse = observe_all(CollapseDetector(s.monitor), spike)
+    assert (collapse.cause, collapse.healthy_step) == ("kl_spike", 3)
+    assert CollapseDetector(s.monitor).observe(4, {"reward": 0.1, "kl": 0.9}) is None  # 9 x, under 10 x
+    nan = CollapseDetector(s.monitor)
+    nan.observe(6, {"reward": 0.2, "loss": 0.1})
+    collapse = nan.observe(7, {"reward": math.nan, "loss": 0.1})
+    assert (collapse.cause, collapse.healthy_step) == ("non_finite", 6)
+
+
+def test_warn_is_the_default_and_rollback_needs_checkpoints(settings):
+    from grpo_exp.config import checks
+    from grpo_exp.errors import UserError
+
+    assert settings().monitor.on_collapse == "warn"
+    with pytest.raises(UserError, match=r"set grpo\.save_steps above 0"):
+        checks.check(settings("monitor.on_collapse=rollback", "grpo.save_steps=0"))
+
+
+def nan_reward(tmp_path: Path, nan_call: int) -> tuple[str, ...]:
+    module = tmp_path / "nan_once.py"
+    module.write_text(NAN_REWARD.format(nan_call=nan_call, marker=str(tmp_path / "nan_given")), encoding="utf-8")
+    return ("reward=custom", f"reward.parts.main.fn={module}:reward", "reward.parts.main.ceiling=1.0")
+
+
+def assert_every_step_once(job: Path, steps: int) -> list[dict]:
+    rows = read_metrics(job / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    assert all(math.isfinite(r["reward"]) for r in rows)
+    return rows
+
+
+def test_an_injected_nan_reward_rolls_back_to_the_last_healthy_checkpoint(tmp_path):
+    job = tmp_path / "job"
+    result = run(
+        *QUIET,
+        *nan_reward(tmp_path, nan_call=7),
+        "grpo.max_steps=12",
+        "monitor.on_collapse=rollback",
+        "monitor.healthy_every=2",
+        "monitor.remedy.warmup_steps=4",
+        f"hydra.run.dir={job}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = assert_every_step_once(job, 12)  # step 7 trained again, logged once: the NaN one is gone
+    (rollback,) = rollback_records(json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines())
+    assert (rollback["cause"], rollback["from_step"], rollback["to_step"]) == ("non_finite", 7, 6)
+    assert "optimizer.lr 0.001 -> 0.0005" in rollback["change"]
+    lr = {r["step"]: r["learning_rate"] for r in rows}
+    assert lr[7] < lr[6] / 2  # halved, and warmed up again from step 6
+    assert all(lr[s] <= LR / 2 + 1e-12 for s in range(7, 13))
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == "completed" and [r["to_step"] for r in summary["rollbacks"]] == [6]
+    assert "rollback" in result.stdout and "back to step 6" in result.stdout
+
+
+def test_a_kl_spike_rolls_back_and_max_rollbacks_reached_stops_with_one_line(tmp_path):
+    """A KL limit any update passes: the first spike rolls back, the second ends the run."""
+    job = tmp_path / "job"
+    result = run(
+        *QUIET,
+        "grpo.max_steps=10",
+        "monitor.on_collapse=rollback",
+        "monitor.max_rollbacks=1",
+        "monitor.kl_threshold=1e-5",
+        "monitor.collapse_kl_multiple=1",
+        "monitor.healthy_every=1",
+        f"hydra.run.dir={job}",
+    )
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if "max_rollbacks=1 reached" in line]
+    assert len(lines) == 1 and "KL" in lines[0], result.stderr[-3000:]
+    (rollback,) = json.loads((job / "summary.json").read_text())["rollbacks"]
+    assert rollback["cause"] == "kl_spike" and rollback["to_step"] < rollback["from_step"]
+
+
+def test_a_run_killed_after_a_rollback_resumes_with_every_step_once(tmp_path):
+    job = tmp_path / "job"
+    steps = (*QUIET, *nan_reward(tmp_path, nan_call=5), "grpo.max_steps=14", "monitor.on_collapse=rollback")
+    steps += ("monitor.healthy_every=2", f"hydra.run.dir={job}")
+    process = start(*steps)
+    after = job / "checkpoint-8" / checkpoints.SEAL_FILE  # a healthy checkpoint after the rollback to step 4
+    wait_for(lambda: after.is_file() and last_step(job) >= 9, process)
+    process.kill()
+    process.wait()
+
+    resumed = run(f"resume={job}")
+
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = assert_every_step_once(job, 14)
+    all_rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    assert [r["to_step"] for r in rollback_records(all_rows)] == [4]
+    assert all(r["learning_rate"] <= LR / 2 + 1e-12 for r in rows if r["step"] > 4)  # the remedy holds after resume
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["resumed_from"] >= 8 and len(summary["rollbacks"]) == 1
