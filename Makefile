@@ -103,7 +103,9 @@ PY ?=
 PLATFORM ?= $(if $(PY),manylinux_2_28_x86_64)
 WHEELHOUSE_DIR := $(or $(WHEELHOUSE),wheelhouse)
 TORCH_STACK := (torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*)
-TARGET := $(strip $(if $(PY),--python-version $(PY) --implementation cp) $(if $(PLATFORM),--platform $(PLATFORM)))
+# pip matches platform tags literally: the node's tag and the older manylinux ones it runs (tools/wheelhouse.py).
+TARGET = $(strip $(if $(PY),--python-version $(PY) --implementation cp) \
+	$(if $(PLATFORM),$(shell $(PYTHON) tools/wheelhouse.py platforms $(PLATFORM))))
 BUILD_REQUIREMENTS = $(shell $(PYTHON) -c 'import tomllib; print(*map(repr, tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')
 REQUIREMENTS = $(TORCH_REQUIREMENT) ".[$(EXTRAS)]" $(BUILD_REQUIREMENTS) $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 RESOLVE = $(PYTHON) -m pip install --quiet --dry-run --ignore-installed
@@ -111,12 +113,12 @@ RESOLVE = $(PYTHON) -m pip install --quiet --dry-run --ignore-installed
 wheelhouse:
 	mkdir -p $(WHEELHOUSE_DIR) && rm -f $(WHEELHOUSE_DIR)/*.whl
 	$(RESOLVE) --report $(WHEELHOUSE_DIR)/.here.json $(REQUIREMENTS)
-	$(PYTHON) tools/wheel_list.py --sdists $(WHEELHOUSE_DIR)/.here.json > $(WHEELHOUSE_DIR)/.sdists.txt
+	$(PYTHON) tools/wheelhouse.py list --sdists $(WHEELHOUSE_DIR)/.here.json > $(WHEELHOUSE_DIR)/.sdists.txt
 	[ ! -s $(WHEELHOUSE_DIR)/.sdists.txt ] || $(PYTHON) -m pip wheel --quiet --no-deps -w $(WHEELHOUSE_DIR) \
 		-r $(WHEELHOUSE_DIR)/.sdists.txt
 	$(if $(TARGET),$(RESOLVE) --only-binary=:all: --find-links $(WHEELHOUSE_DIR) $(TARGET) \
 		--target $(WHEELHOUSE_DIR)/.target --report $(WHEELHOUSE_DIR)/.there.json $(REQUIREMENTS))
-	$(PYTHON) tools/wheel_list.py $(WHEELHOUSE_DIR)/$(if $(TARGET),.there.json,.here.json) \
+	$(PYTHON) tools/wheelhouse.py list $(WHEELHOUSE_DIR)/$(if $(TARGET),.there.json,.here.json) \
 		$(if $(filter none,$(TORCH)),--leave-out '$(TORCH_STACK)') > $(WHEELHOUSE_DIR)/.wheels.txt
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --find-links $(WHEELHOUSE_DIR) $(TARGET) \
 		-d $(WHEELHOUSE_DIR) -r $(WHEELHOUSE_DIR)/.wheels.txt

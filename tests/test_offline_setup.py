@@ -15,9 +15,9 @@ import pytest
 from tests.conftest import ROOT
 
 # A set-up script (make runs it with any Python, before a venv exists), loaded from its file.
-_spec = importlib.util.spec_from_file_location("wheel_list", ROOT / "tools" / "wheel_list.py")
-wheel_list = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(wheel_list)
+_spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "tools" / "wheelhouse.py")
+wheelhouse = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(wheelhouse)
 
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
 TORCH_STACK = re.compile(r"(torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*)")
@@ -43,14 +43,23 @@ REPORT = {
 
 
 def test_the_wheel_list_leaves_out_the_project_and_with_torch_none_the_torch_stack():
-    everything = wheel_list.wanted(REPORT, sdists=False, leave_out=None)
+    everything = wheelhouse.wanted(REPORT, sdists=False, leave_out=None)
     assert "grpo-exp==0.1.0" not in everything and "torch==2.13.0" in everything and len(everything) == 6
-    without_torch = wheel_list.wanted(REPORT, sdists=False, leave_out=TORCH_STACK)
+    without_torch = wheelhouse.wanted(REPORT, sdists=False, leave_out=TORCH_STACK)
     assert without_torch == ["antlr4-python3-runtime==4.9.3", "trl==1.16.0", "torchdata==0.11.0"]
 
 
 def test_only_source_only_packages_are_built_here():
-    assert wheel_list.wanted(REPORT, sdists=True, leave_out=None) == ["antlr4-python3-runtime==4.9.3"]
+    assert wheelhouse.wanted(REPORT, sdists=True, leave_out=None) == ["antlr4-python3-runtime==4.9.3"]
+
+
+def test_a_manylinux_node_takes_the_older_manylinux_wheels_too():
+    """tokenizers ships manylinux_2_17 wheels only: with the node's manylinux_2_28 tag alone pip found none."""
+    tags = wheelhouse.platforms("manylinux_2_28_x86_64")
+    assert tags[0] == "manylinux_2_28_x86_64" and "manylinux_2_17_x86_64" in tags and "manylinux2014_x86_64" in tags
+    assert "manylinux_2_34_x86_64" not in tags and all(tag.endswith("_x86_64") for tag in tags)
+    assert wheelhouse.platforms("manylinux2014_aarch64")[0] == "manylinux_2_17_aarch64"
+    assert "manylinux_2_24_aarch64" not in wheelhouse.platforms("manylinux2014_aarch64")
 
 
 def dry_wheelhouse(*variables: str) -> list[str]:
@@ -68,8 +77,8 @@ def test_a_wheelhouse_for_another_python_without_torch_downloads_binaries_for_it
     download = next(line for line in lines if " -m pip download " in line)
     for command in (resolve_there, download):
         assert "--only-binary=:all:" in command and "--python-version 3.12 --implementation cp" in command
-        assert "--platform manylinux_2_28_x86_64" in command
-    listing = next(line for line in lines if "tools/wheel_list.py" in line and "--sdists" not in line)
+        assert "--platform manylinux_2_28_x86_64" in command and "--platform manylinux2014_x86_64" in command
+    listing = next(line for line in lines if "tools/wheelhouse.py list" in line and "--sdists" not in line)
     assert f"--leave-out '{TORCH_STACK.pattern}'" in listing
 
 
