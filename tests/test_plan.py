@@ -154,6 +154,12 @@ def test_a_sweep_plans_each_job(capsys):
     assert result["peak_bytes"] == max(job["peak_bytes"] for job in jobs)
 
 
+def test_a_sweeps_verdict_is_its_worst_jobs(capsys):
+    result = _plan(capsys, "-m", "--gpu-memory", "24GiB", "model=qwen2_5_0_5b_instruct,qwen2_5_1_5b_instruct")
+    assert [job["verdict"] for job in result["jobs"]] == ["fits", "does not fit"]
+    assert result["verdict"] == "does not fit" and result["fits"] is False
+
+
 @pytest.mark.parametrize("job", CLI_JOBS, ids=lambda j: " ".join(j) or "default")
 def test_cli_prints_a_plan_offline_without_torch(job, capsys):
     """Offline, and once a shape's layer is measured and its prompts counted (both cached), without
