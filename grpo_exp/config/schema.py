@@ -286,6 +286,19 @@ Objective = StrEnum("Objective", {name: name for name in OBJECTIVES})
 
 
 @dataclass
+class HalvingSettings:
+    enabled: bool = False
+    eta: int = 3
+    min_steps: int | None = None  # null: grpo.max_steps / eta**2 (three rungs)
+    rung_steps: int | None = None  # set by the halving sweeper: this rung ends at that step (the schedule stays whole)
+
+
+@dataclass
+class SweepSettings:
+    halving: HalvingSettings = field(default_factory=HalvingSettings)
+
+
+@dataclass
 class ExperimentConfig:
     model: ModelSettings = field(default_factory=ModelSettings)
     dataset: DatasetSettings = field(default_factory=DatasetSettings)
@@ -296,6 +309,7 @@ class ExperimentConfig:
     adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
     probe: ProbeSettings = field(default_factory=ProbeSettings)
     logger: LoggerSettings = field(default_factory=LoggerSettings)
+    sweep: SweepSettings = field(default_factory=SweepSettings)
     seed: int = 42
     device: Device = Device.auto
     threads: int | None = None

@@ -41,6 +41,7 @@ log = logging.getLogger("grpo_exp")
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 EXIT_NO_SPACE = 28  # errno's number for "no space left on device"
+HALVING_SWEEPER = "halving"  # hydra_plugins/grpo_exp_plugins/halving_sweeper.py
 # Hydra's own flags that only print something; they need no checking.
 _PRINT_ONLY = ("help", "hydra_help", "cfg", "info", "shell_completion", "version")
 
@@ -74,17 +75,18 @@ def preflight(argv: list[str]) -> list[str]:
             recorded_spec(resume_to, args.overrides)
             return [*argv, f"hydra.run.dir='{resume_to}'", "hydra.output_subdir=null"]
         check_command(config_dir, args.config_name or "config", args.overrides, args.multirun)
-        if args.multirun and "hydra.sweep.dir" not in {override_key(o) for o in args.overrides}:
-            return [*argv, f"hydra.sweep.dir='{_sweep_dir(config_dir, args.config_name or 'config', args.overrides)}'"]
+        if args.multirun:
+            return [*argv, *_sweep_overrides(config_dir, args.config_name or "config", args.overrides)]
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     return argv
 
 
-def _sweep_dir(config_dir: Path, config_name: str, overrides: list[str]) -> str:
-    """The sweep's folder, resolved once: a requeued SLURM job must find the folder it started in,
-    not one named after the time it was requeued (``${now:...}``)."""
+def _sweep_overrides(config_dir: Path, config_name: str, overrides: list[str]) -> list[str]:
+    """What the sweep's command gains: its folder, resolved once (a requeued SLURM job must find the
+    folder it started in, not one named after the time it was requeued, ``${now:...}``), and the
+    halving sweeper when ``sweep.halving.enabled`` (Hydra's basic sweeper with halving added)."""
     from hydra import initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.utils import setup_globals
@@ -97,7 +99,21 @@ def _sweep_dir(config_dir: Path, config_name: str, overrides: list[str]) -> str:
     with initialize_config_dir(config_dir=str(config_dir.resolve()), version_base="1.3"):
         cfg = compose_job(config_name, plain, with_hydra=True)
     HydraConfig.instance().set_config(cfg)  # for ${hydra:...} in the folder's name, as a job would see it
-    return str(cfg.hydra.sweep.dir)
+    given = "hydra.sweep.dir" in {override_key(o) for o in overrides}
+    added = [] if given else [f"hydra.sweep.dir='{cfg.hydra.sweep.dir}'"]
+    if cfg.sweep.halving.enabled:
+        sweeper = cfg.hydra.runtime.choices.get("hydra/sweeper")
+        if sweeper not in ("basic", HALVING_SWEEPER):
+            raise UserError(
+                f"sweep.halving.enabled=true halves a grid of configurations; hydra/sweeper={sweeper} chooses its own "
+                "(leave out sweep.halving, or sweep a grid: key=a,b,c)"
+            )
+        from grpo_exp.job import halving
+
+        h = cfg.sweep.halving
+        halving.check(h.eta, h.min_steps, cfg.grpo.max_steps, str(cfg.optimizer.scheduler), cfg.adaptive.enabled)
+        added.append(f"hydra/sweeper={HALVING_SWEEPER}")
+    return added
 
 
 def _check_launch(overrides: list[str], multirun: bool) -> None:

@@ -29,6 +29,7 @@ from grpo_exp.config.loading import to_settings
 from grpo_exp.config.schema import CONF_DIR, ExperimentConfig
 from grpo_exp.errors import UserError
 from grpo_exp.folder import CONFIG_FILE, JobFolder
+from grpo_exp.report.jobs import STOPPED_EARLY  # a job successive halving stopped: done, as a completed one
 from grpo_exp.training.checkpoints import ResumePoint, latest
 
 log = logging.getLogger("grpo_exp")
@@ -46,6 +47,7 @@ ADJUSTABLE = (
     "save_model",
     "threads",
     "device",
+    "sweep.halving.rung_steps",  # successive halving continues a job to its next rung
 )
 
 
@@ -78,8 +80,8 @@ def plan(settings: ExperimentConfig, job_dir: Path) -> Plan:
             "resume it with the same settings, or give a new hydra.sweep.dir (hydra.run.dir)"
         )
     summary = folder.record(folder.summary_file)
-    target = settings.grpo.max_steps
-    if summary.get("status") == "completed" and (target <= 0 or summary.get("steps", 0) >= target):
+    target = settings.sweep.halving.rung_steps or settings.grpo.max_steps  # a rung of halving ends early
+    if summary.get("status") in ("completed", STOPPED_EARLY) and (target <= 0 or summary.get("steps", 0) >= target):
         return Plan(settings, done=summary)
     return Plan(settings, point=resume_point(job_dir))
 

@@ -13,14 +13,12 @@ from pathlib import Path
 
 from grpo_exp.folder import numbered_jobs
 from grpo_exp.job.resume import override_key
-from grpo_exp.report.jobs import COMPLETED, FAILED, load_job
+from grpo_exp.report.jobs import COMPLETED, FAILED, STOPPED_EARLY, load_job
 from grpo_exp.tracking.wandb_run import sweep_command
 
 EXIT_COMPLETED = 0
 EXIT_FAILED = 1
-# Jobs that ended as planned without reaching their last step: successive halving stopped them.
-STOPPED_EARLY = "stopped_early"
-_DONE = (COMPLETED, STOPPED_EARLY)
+_DONE = (COMPLETED, STOPPED_EARLY)  # a job successive halving stopped at a rung ended as planned
 
 
 @dataclass(frozen=True)

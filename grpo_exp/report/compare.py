@@ -21,7 +21,8 @@ from typing import Any
 
 from grpo_exp.errors import UserError
 from grpo_exp.folder import REPORT_DIR, SUMMARY_FILE, report_dir
-from grpo_exp.report.jobs import FAILED, INCOMPLETE, Job
+from grpo_exp.report.halving import halving_section
+from grpo_exp.report.jobs import FAILED, INCOMPLETE, STOPPED_EARLY, Job
 from grpo_exp.report.stability import Stability, describe, median_max_kl, rank_stability
 from grpo_exp.report.sweep import (
     DEFAULT_OBJECTIVE,
@@ -167,6 +168,8 @@ def _casualties(sweep: Sweep) -> list[str]:
             lines.append(
                 f"- **Incomplete** (no {SUMMARY_FILE}: killed, or still running): {ref}, {steps} steps logged."
             )
+        elif job.status == STOPPED_EARLY:
+            lines.append(f"- **Stopped early** by successive halving: {ref}, at step {int(job.value('steps') or 0)}.")
         elif not job.finished:
             lines.append(f"- **{job.status.capitalize()}:** {ref}, {int(job.value('logged_steps') or 0)} steps logged.")
     return lines
@@ -272,6 +275,7 @@ def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str]) -> s
         "",
         *_results_table(sweep),
         *_grid_section(sweep),
+        *halving_section(sweep.path),
     ]
     if images:
         lines += ["", "## Plots", *(f"\n![{title}]({name})" for title, name in images)]

@@ -24,6 +24,9 @@ DEFAULT_KL_THRESHOLD = MonitorSettings.kl_threshold
 DEFAULT_MIN_REWARD_STD = MonitorSettings.min_reward_std
 DEFAULT_MIN_IMPROVEMENT = MonitorSettings.min_improvement
 COMPLETED, FAILED, INCOMPLETE = "completed", "failed", "incomplete"
+STOPPED_EARLY = "stopped_early"  # successive halving stopped the job at a rung (job.halving)
+# Overrides that say how a job was run, not what it is: never a swept value.
+BOOKKEEPING = ("resume", "sweep.halving.rung_steps")
 # A final reward within this of the run's peak counts as "at its best": homogeneous completions
 # there mean every one succeeded, which is not a collapse.
 AT_PEAK_TOLERANCE = 0.05
@@ -159,7 +162,7 @@ def _read_overrides(folder: JobFolder) -> dict[str, Any] | None:
     if not isinstance(lines, list):
         return None
     pairs = (_parse_override(str(line)) for line in lines)
-    return {key: value for key, value in pairs if not key.startswith("hydra.")}
+    return {key: value for key, value in pairs if not key.startswith("hydra.") and key not in BOOKKEEPING}
 
 
 @functools.cache

@@ -48,7 +48,7 @@ def identity_from_hydra() -> RunIdentity:
     overrides = {
         o.key_or_group: o.value()
         for o in _parse(hydra_cfg.overrides.task)
-        if not o.key_or_group.lstrip("+~").startswith(("hydra.", "logger", "resume"))
+        if not o.key_or_group.lstrip("+~").startswith(("hydra.", "logger", "resume", "sweep.halving.rung_steps"))
     }
     name = ",".join(f"{k}={v}" for k, v in overrides.items()) or "defaults"
     tags = [

@@ -181,6 +181,20 @@ class StageBounds(TrainerCallback):
             control.should_training_stop = True
 
 
+class RungEnd(TrainerCallback):
+    """Ends a rung of successive halving at its step with a checkpoint and an evaluation; the run's
+    schedule (``grpo.max_steps``) stays that of the whole run, which a promoted job resumes."""
+
+    def __init__(self, end: int) -> None:
+        self.end = end
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.end:
+            control.should_save = True
+            control.should_evaluate = args.eval_strategy != "no"  # "no": the run holds no prompts out
+            control.should_training_stop = True
+
+
 class SolvedStop(TrainerCallback):
     """Ends a run whose reward has stayed at its ceiling (``monitor.stop_when_solved``), so the steps left
     are saved; with a checkpoint (unless the run keeps none), and the run counts as completed.

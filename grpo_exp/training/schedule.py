@@ -31,7 +31,7 @@ from grpo_exp.tracking.metrics import metrics_row
 from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.tracking.wandb_run import safely
 from grpo_exp.training import checkpoints
-from grpo_exp.training.callbacks import StageBounds
+from grpo_exp.training.callbacks import RungEnd, StageBounds
 from grpo_exp.training.checkpoints import Checkpoint, ResumePoint
 from grpo_exp.training.group_choice import Choice, choose
 from grpo_exp.training.profile import Sampler, sample_rows
@@ -76,7 +76,9 @@ class OneStage:
     """A plain run: the whole run is one stage."""
 
     def __init__(self, spec: JobSpec, point: ResumePoint | None) -> None:
-        self.stage = Stage(spec.settings, point.checkpoint if point else None, final=True)
+        rung = spec.settings.sweep.halving.rung_steps  # a rung of successive halving ends the run early
+        ends = [RungEnd(rung)] if rung and rung < spec.settings.grpo.max_steps else []
+        self.stage = Stage(spec.settings, point.checkpoint if point else None, final=True, callbacks=ends)
 
     def next_stage(self, previous: Any) -> Stage | None:
         return self.stage if previous is None else None

@@ -1,0 +1,107 @@
+"""Successive halving (``sweep.halving.enabled=true``): rungs, survivors, stopped jobs, and a real sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_exp.errors import UserError
+from grpo_exp.job import halving
+from tests.conftest import ROOT
+from tests.wandb_records import read_run
+
+MAX_STEPS, FIRST_RUNG = 4, 2
+
+
+def test_rungs_grow_by_eta_and_end_at_max_steps():
+    assert halving.rungs(100, 3, None) == [11, 33, 99, 100]  # 100 // 9 = 11, then x3 while below the end
+    assert halving.rungs(100, 3, 10) == [10, 30, 90, 100]
+    assert halving.rungs(4, 2, 2) == [2, 4]
+
+
+def test_the_best_third_goes_on_and_a_configuration_without_a_score_is_last():
+    scores = {"a": 0.2, "b": None, "c": 0.9, "d": 0.5}
+    assert halving.survivors(scores, 3) == ["c", "d"]  # ceil(4 / 3)
+    assert halving.survivors({"a": None, "b": 0.1}, 3) == ["b"]
+
+
+def test_seeds_are_one_configuration():
+    jobs = [["optimizer.lr=1e-3", f"seed={seed}", "logger.mode=offline"] for seed in (1, 2)]
+    varied = halving.varied_keys(jobs)
+    assert varied == {"seed"}
+    assert halving.configuration(jobs[0], varied) == halving.configuration(jobs[1], varied) == "defaults"
+
+
+@pytest.mark.parametrize(
+    ("eta", "min_steps", "scheduler", "message"),
+    [
+        (1, None, "constant", "eta must be 2 or more"),
+        (3, 100, "constant", "min_steps=100 must lie between 0 and grpo.max_steps=100"),
+        (3, None, "cosine", "use optimizer.scheduler=constant"),
+    ],
+)
+def test_settings_halving_cant_run_with_are_one_line(eta, min_steps, scheduler, message):
+    with pytest.raises(UserError, match=message):
+        halving.check(eta, min_steps, 100, scheduler)
+
+
+def test_a_bad_halving_setting_stops_the_sweep_before_any_job(tmp_path):
+    result = multirun(tmp_path / "sweep", "sweep.halving.enabled=true", "sweep.halving.eta=1", "seed=1,2")
+    assert result.returncode == 2 and "error: sweep.halving.eta=1" in result.stderr
+    assert not (tmp_path / "sweep").exists()
+
+
+def multirun(sweep_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    command = [sys.executable, "run.py", "-m", f"hydra.sweep.dir={sweep_dir}", "logger.mode=offline", *overrides]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def trained_steps(job: Path) -> list[int]:
+    rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r["step"] for r in rows if "reward" in r]
+
+
+def test_a_halving_sweep_stops_the_loser_at_its_rung_and_resumes_the_winner(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    command = (
+        "sweep.halving.enabled=true",
+        "sweep.halving.eta=2",
+        f"sweep.halving.min_steps={FIRST_RUNG}",
+        "optimizer.lr=1e-4,3e-3",
+        f"grpo.max_steps={MAX_STEPS}",
+    )
+    result = multirun(sweep_dir, *command)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads((sweep_dir / "halving.json").read_text())
+    first, last = record["rungs"]
+    assert (first["steps"], last["steps"]) == (FIRST_RUNG, MAX_STEPS)
+    (winner,) = first["kept"]
+    assert first["scores"][winner] == max(first["scores"].values())
+    summaries = {n: json.loads((sweep_dir / str(n) / "summary.json").read_text()) for n in (0, 1)}
+    kept = next(n for n, s in summaries.items() if s["status"] == "completed")
+    stopped = 1 - kept
+    assert summaries[stopped]["status"] == "stopped_early" and summaries[stopped]["stopped_at_step"] == FIRST_RUNG
+    assert summaries[stopped]["final_eval_reward"] in first["scores"].values()  # its held-out reward at the rung
+    assert trained_steps(sweep_dir / str(kept)) == list(range(1, MAX_STEPS + 1))  # resumed, every step once
+    assert trained_steps(sweep_dir / str(stopped)) == list(range(1, FIRST_RUNG + 1))
+    kept_runs = [read_run(p) for p in sorted((sweep_dir / str(kept) / "wandb").glob("offline-run-*"))]
+    assert len({r.run_id for r in kept_runs}) == 1  # one W&B run, continued
+    marked = read_run(sorted((sweep_dir / str(stopped) / "wandb").glob("offline-run-*"))[-1])
+    assert "stopped_early" in marked.tags and marked.summary.get("stopped_at_step") == FIRST_RUNG
+    made, full = record["completions"]["generated"], record["completions"]["full_sweep"]
+    assert made == full * (FIRST_RUNG + MAX_STEPS) // (2 * MAX_STEPS)  # 2 + 4 steps of the 8 a full sweep trains
+    report = (sweep_dir / "report" / "report.md").read_text()
+    assert "## Successive halving" in report and f"job {stopped}" in report and "Stopped early" in report
+    assert f"job {kept}." in report.split("**Best configuration:**")[1].splitlines()[0]
+
+    before = {n: (sweep_dir / str(n) / "metrics.jsonl").read_text() for n in (0, 1)}
+    again = multirun(sweep_dir, *command, "resume=auto")  # the same command resumes it: nothing left to train
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {n: (sweep_dir / str(n) / "metrics.jsonl").read_text() for n in (0, 1)} == before
+    assert json.loads((sweep_dir / "halving.json").read_text())["rungs"][0]["kept"] == [winner]
