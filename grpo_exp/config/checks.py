@@ -100,6 +100,7 @@ RANGES: dict[str, Bound] = {
     "monitor.min_improvement": NON_NEGATIVE,
     "monitor.window": AT_LEAST_ONE,
     "monitor.solved_window": COUNT,
+    "grpo.max_sampling_rounds": NON_NEGATIVE,
     "monitor.max_rollbacks": NON_NEGATIVE,
     "monitor.collapse_drop": Bound(0, 1, low_open=True, high_open=True),
     "monitor.collapse_window": AT_LEAST_ONE,

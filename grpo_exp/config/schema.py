@@ -185,6 +185,8 @@ class GrpoSettings(TrlGrpoFields):
     prompts_per_step: int = 2
     completions_per_step: int = 12
     print_completions: bool = False
+    dynamic_sampling: bool = False  # DAPO's: drop unsolved groups that scored alike, sample more prompts
+    max_sampling_rounds: int = 4  # extra generation rounds per batch dynamic sampling may take
 
 
 @dataclass

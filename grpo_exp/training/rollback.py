@@ -36,7 +36,7 @@ from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.tracking.wandb_run import safely
 from grpo_exp.training import checkpoints
 from grpo_exp.training.checkpoints import Checkpoint, ResumePoint
-from grpo_exp.training.schedule import Stage
+from grpo_exp.training.stage import Stage
 from grpo_exp.training.stops import StopRequest
 
 log = logging.getLogger("grpo_exp.tracking.monitor")

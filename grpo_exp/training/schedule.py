@@ -15,16 +15,13 @@ checkpoint's policy for the next one.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
-
-from transformers import TrainerCallback
+from typing import Any
 
 from grpo_exp import data, models
 from grpo_exp.config import checks
 from grpo_exp.config.layout import Layout
-from grpo_exp.config.schema import ExperimentConfig, ModelSettings, OnCollapse
+from grpo_exp.config.schema import ModelSettings, OnCollapse
 from grpo_exp.folder import JobFolder
 from grpo_exp.spec import JobSpec
 from grpo_exp.tracking.metrics import metrics_row
@@ -32,32 +29,15 @@ from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.tracking.wandb_run import safely
 from grpo_exp.training import checkpoints
 from grpo_exp.training.callbacks import RungEnd, StageBounds
-from grpo_exp.training.checkpoints import Checkpoint, ResumePoint
+from grpo_exp.training.checkpoints import ResumePoint
 from grpo_exp.training.group_choice import Choice, choose
 from grpo_exp.training.profile import Sampler, sample_rows
+from grpo_exp.training.rollback import RollbackStages
+from grpo_exp.training.stage import Schedule, Stage
 from grpo_exp.training.stops import StopRequest
 
 log = logging.getLogger("grpo_exp.adaptive")
 ADAPTER_CONFIG = "adapter_config.json"  # what peft saves beside a LoRA adapter's weights
-
-
-@dataclass
-class Stage:
-    """What one trainer trains: its settings, the checkpoint it continues, its prompts and stage callbacks."""
-
-    settings: ExperimentConfig
-    resume_from: Checkpoint | None
-    final: bool  # the run's last stage: the monitor's end-of-run checks follow it
-    prompts: Any = None  # datasets.Dataset of the kept training prompts; None: all of them
-    callbacks: list[TrainerCallback] = field(default_factory=list)
-
-
-class Schedule(Protocol):
-    def next_stage(self, previous: Any) -> Stage | None:
-        """The stage after ``previous`` (the trainer that just trained; None before the first), or None: done."""
-
-    def publish(self, run: Any) -> None:
-        """Send what the schedule recorded before the W&B run was open to it (``run`` may be None)."""
 
 
 def schedule_for(
@@ -66,8 +46,6 @@ def schedule_for(
     if spec.settings.adaptive.enabled:
         return AdaptiveStages(spec, folder, point, stop)
     if spec.settings.monitor.on_collapse is not OnCollapse.warn:
-        from grpo_exp.training.rollback import RollbackStages  # it builds on Stage: imported here, not above
-
         return RollbackStages(spec, folder, monitor, point, stop)
     return OneStage(spec, point)
 

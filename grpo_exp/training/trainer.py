@@ -40,13 +40,14 @@ from grpo_exp.training.callbacks import (
     SolvedStop,
     StopCallback,
 )
+from grpo_exp.training.dynamic_sampling import DynamicSampling
 from grpo_exp.training.stops import StopRequest
 
 if TYPE_CHECKING:
     from grpo_exp.training.schedule import Stage
 
 
-class JobTrainer(GRPOTrainer):
+class JobTrainer(DynamicSampling, GRPOTrainer):
     """``print_completions``: also print TRL's completions table to the console (W&B gets it either way);
     ``layout``: the job's, whose adapter dtype holds once TRL has wrapped the model."""
 
@@ -132,6 +133,8 @@ def build_trainer(
             layout=spec.layout,
             print_completions=settings.grpo.print_completions,
         )
+    if settings.grpo.dynamic_sampling:
+        trainer.enable_dynamic_sampling(settings.grpo.max_sampling_rounds, [r.ceiling for r in spec.rewards])
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(SignalProgress())
     return trainer
