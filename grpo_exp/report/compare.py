@@ -337,6 +337,11 @@ def _draw(sweep: Sweep, out_dir: Path, notes: list[str]) -> list[tuple[str, str]
 def _notes(sweep: Sweep) -> list[str]:
     """What was missing or damaged, per job, and metrics that only some jobs logged."""
     notes = [f"job {job.name}: {note}" for job in sweep.jobs for note in job.notes]
+    notes += [  # monitor.on_collapse=rollback: each rollback a job took (summary.json "rollbacks")
+        f"job {job.name}: rolled back at step {r['from_step']} to step {r['to_step']} ({r['cause']}; {r['change']})"
+        for job in sweep.jobs
+        for r in job.stats.get("rollbacks") or []
+    ]
     logged = [job for job in sweep.jobs if job.rows]
     for key in WATCHED_METRICS:
         missing = [job for job in logged if not job.series(key)[0]]
