@@ -22,7 +22,7 @@ EXTRA = {
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir())
 OPTIONS = [f"{g}/{f.stem}" for g in GROUPS for f in sorted((CONF_DIR / g).glob("*.yaml"))]
 # Groups that are not in config.yaml's defaults list are added with `+`.
-OPTIONAL_GROUPS = {"recipe", "launcher", "sweep"}
+OPTIONAL_GROUPS = {"recipe", "launcher", "sweep", "variant"}
 # Options that need an optional extra: the plugin module to look for.
 NEEDS_PLUGIN = {"sweep/optuna": "hydra_plugins.hydra_optuna_sweeper"}
 
@@ -99,7 +99,7 @@ def test_every_sweep_preset_expands_into_valid_jobs(sweep):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         jobs = list(job_overrides("config", [f"+sweep={sweep}"]))
     assert len(jobs) >= 2
-    assert all(any(o.startswith("grpo.num_generations=") for o in job) for job in jobs)
+    assert all(any(o.startswith(("grpo.num_generations=", "+variant=")) for o in job) for job in jobs)
 
 
 def test_wandb_sweep_calls_run_py_with_valid_overrides():

@@ -9,8 +9,9 @@ rollback or a stop acts on:
 - one step's KL above ``collapse_kl_multiple`` x ``kl_threshold``;
 - a NaN or infinite loss or reward.
 
-The last healthy point is the reward's peak for the first kind, the step before for the others:
-a rollback goes back to the newest checkpoint at or before it. The detector holds no state a
+The last healthy point is, for the first kind, the last step before the window in which the reward
+began to fall (never before its peak), and the step before for the others: a rollback goes back to
+the newest checkpoint at or before it. The detector holds no state a
 checkpoint must keep: it is rebuilt by replaying the ``metrics.jsonl`` rows up to the step resumed.
 """
 
@@ -91,7 +92,12 @@ class CollapseDetector:
             f"mean reward {mean:.3f} at step {step}, down from its peak {self.peak:.3f} (step {self.peak_step}) "
             f"since step {self.down_since}: more than {s.collapse_drop:.0%} of its rise from {self.first:.3f} lost"
         )
-        return Collapse("reward_collapse", step, self.peak_step, message)
+        return Collapse("reward_collapse", step, self.last_clean(self.down_since), message)
+
+    def last_clean(self, step: int) -> int:
+        """The last step no bad step can have weighed on, judged at ``step``: the window's mean there
+        already counts the ``window - 1`` steps before it, and nothing before the peak is trouble."""
+        return max(self.peak_step, step - self.settings.window)
 
 
 def _finite(value: Any) -> bool:

@@ -73,12 +73,12 @@ class CollapseWatch(TrainerCallback):
             control.should_save = True
 
     def on_save(self, args, state, control, **kwargs):
-        """Keep the newest checkpoint from the reward's healthy stretch out of the trainer's rotation
-        (transformers never deletes ``best_model_checkpoint``)."""
+        """Keep the newest healthy checkpoint that a fall starting now could not have touched out of the
+        trainer's rotation (transformers never deletes ``best_model_checkpoint``)."""
         self.last_save = state.global_step
         if self.detector.healthy:
             self.saved.append(state.global_step)
-        kept = [s for s in self.saved if s <= self.detector.peak_step] or self.saved[-1:]
+        kept = [s for s in self.saved if s <= self.detector.last_clean(state.global_step)] or self.saved[:1]
         if kept:
             state.best_model_checkpoint = str(JobFolder(Path(args.output_dir)).checkpoint(kept[-1]))
 
