@@ -161,3 +161,18 @@ def test_a_run_killed_after_a_rollback_resumes_with_every_step_once(tmp_path):
     assert all(r["learning_rate"] <= LR / 2 + 1e-12 for r in rows if r["step"] > 4)  # the remedy holds after resume
     summary = json.loads((job / "summary.json").read_text())
     assert summary["resumed_from"] >= 8 and len(summary["rollbacks"]) == 1
+
+
+def test_stop_ends_the_run_at_the_collapse_with_one_line(tmp_path):
+    job = tmp_path / "job"
+    result = run(
+        *QUIET,
+        *nan_reward(tmp_path, nan_call=3),
+        "grpo.max_steps=8",
+        "monitor.on_collapse=stop",
+        f"hydra.run.dir={job}",
+    )
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if "monitor.on_collapse=stop" in line]
+    assert len(lines) == 1 and "reward NaN at step 3" in lines[0], result.stderr[-3000:]
+    assert json.loads((job / "summary.json").read_text())["steps"] <= 3
