@@ -160,7 +160,7 @@ def job_folder(tmp_path: Path) -> Path:
         (["resume={job}", "hydra.run.dir=elsewhere"], "leave out hydra.run.dir"),
         (
             ["resume={job}", "logger=nowhere"],
-            "no logger config named 'nowhere'; did you mean logger=none? available: none, wandb",
+            "no logger config named 'nowhere'; did you mean logger=none? available: none, trackio, wandb",
         ),
         (["+resume={job}"], "Could not append to config. An item is already at 'resume'"),
     ],
