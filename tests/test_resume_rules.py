@@ -113,11 +113,21 @@ def test_second_signal_stops_at_once():
     before = signal.getsignal(signal.SIGINT)  # SIG_IGN where the suite runs as a background job
     request = StopRequest()
     with request.listening():
+        request.defer()  # training has started: the first signal waits for the step's checkpoint
         os.kill(os.getpid(), signal.SIGTERM)
         assert request.signum == signal.SIGTERM and request.exit_code == 143
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) is before, "handlers restored after training"
+
+
+def test_a_signal_before_training_stops_at_once():
+    from grpo_exp.training.stops import StoppedBeforeTraining
+
+    request = StopRequest()
+    with request.listening(), pytest.raises(StoppedBeforeTraining):
+        os.kill(os.getpid(), signal.SIGTERM)  # nothing to checkpoint yet: the load is abandoned
+    assert request.signum == signal.SIGTERM and request.exit_code == 143
 
 
 def test_outcome_block_names_status_reward_kl_alerts_and_folder(tmp_path):
