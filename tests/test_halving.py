@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 
+from grpo_exp.config.schema import CONF_DIR, register_schema
 from grpo_exp.errors import UserError
 from grpo_exp.job import halving
 from tests.conftest import ROOT
@@ -38,16 +40,21 @@ def test_seeds_are_one_configuration():
 
 
 @pytest.mark.parametrize(
-    ("eta", "min_steps", "scheduler", "message"),
+    ("overrides", "message"),
     [
-        (1, None, "constant", "eta must be 2 or more"),
-        (3, 100, "constant", "min_steps=100 must lie between 0 and grpo.max_steps=100"),
-        (3, None, "cosine", "use optimizer.scheduler=constant"),
+        (["sweep.halving.eta=1"], "eta must be 2 or more"),
+        (["sweep.halving.min_steps=100"], "min_steps=100 must lie between 0 and grpo.max_steps=100"),
+        (["optimizer.scheduler=cosine"], "use optimizer.scheduler=constant"),
+        (["adaptive.enabled=true"], "those runs end their stages on their own"),
+        (["monitor.on_collapse=rollback"], "monitor.on_collapse=rollback"),
     ],
 )
-def test_settings_halving_cant_run_with_are_one_line(eta, min_steps, scheduler, message):
+def test_settings_halving_cant_run_with_are_one_line(overrides, message):
+    register_schema()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", ["grpo.max_steps=100", *overrides])
     with pytest.raises(UserError, match=message):
-        halving.check(eta, min_steps, 100, scheduler)
+        halving.check(cfg)
 
 
 def test_a_bad_halving_setting_stops_the_sweep_before_any_job(tmp_path):

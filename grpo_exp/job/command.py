@@ -110,8 +110,7 @@ def _sweep_overrides(config_dir: Path, config_name: str, overrides: list[str]) -
             )
         from grpo_exp.job import halving
 
-        h = cfg.sweep.halving
-        halving.check(h.eta, h.min_steps, cfg.grpo.max_steps, str(cfg.optimizer.scheduler), cfg.adaptive.enabled)
+        halving.check(cfg)
         added.append(f"hydra/sweeper={HALVING_SWEEPER}")
     return added
 

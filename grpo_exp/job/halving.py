@@ -53,10 +53,15 @@ def rungs(max_steps: int, eta: int, min_steps: int | None) -> list[int]:
     return [*ends, max_steps]
 
 
-def check(eta: int, min_steps: int | None, max_steps: int, scheduler: str, adaptive: bool = False) -> None:
-    """A one-line error for settings halving can't run with."""
-    if adaptive:
-        raise UserError("sweep.halving with adaptive.enabled=true: adaptive stages end on their own; use one")
+def check(cfg: Any) -> None:
+    """A one-line error for a sweep's config (composed, or its settings) halving can't run with."""
+    halving, max_steps = cfg.sweep.halving, int(cfg.grpo.max_steps)
+    eta, min_steps, scheduler = int(halving.eta), halving.min_steps, str(cfg.optimizer.scheduler)
+    if cfg.adaptive.enabled or str(cfg.monitor.on_collapse) != "warn":
+        raise UserError(
+            "sweep.halving with adaptive.enabled=true or monitor.on_collapse="
+            f"{cfg.monitor.on_collapse}: those runs end their stages on their own; use one or the other"
+        )
     if eta < 2:
         raise UserError(f"sweep.halving.eta={eta}: keep the best 1/eta at each rung, so eta must be 2 or more (3)")
     if max_steps <= 0:
@@ -111,7 +116,7 @@ def run(
     ``settings``: the sweep's composed config (its ``sweep.halving`` and ``grpo.max_steps``);
     ``launch``: the launcher's ``launch(job overrides, first job number)``."""
     halving, max_steps = settings.sweep.halving, int(settings.grpo.max_steps)
-    check(int(halving.eta), halving.min_steps, max_steps, str(settings.optimizer.scheduler), settings.adaptive.enabled)
+    check(settings)
     ends = rungs(max_steps, int(halving.eta), halving.min_steps)
     record = read_json(sweep_dir / RECORD_FILE) or {}
     decided = {r["steps"]: r for r in record.get("rungs", []) if r.get("steps") in ends}
