@@ -71,13 +71,17 @@ class CollapseWatch(TrainerCallback):
             control.should_save = False  # a checkpoint of the collapsed policy is of no use
         elif self.rolls_back and self.detector.healthy and step - self.last_save >= self.settings.healthy_every:
             control.should_save = True
+        if control.should_save:  # the save comes next, and the rotation of older checkpoints with it
+            self._protect(args, state)
 
     def on_save(self, args, state, control, **kwargs):
-        """Keep the newest healthy checkpoint that a fall starting now could not have touched out of the
-        trainer's rotation (transformers never deletes ``best_model_checkpoint``)."""
         self.last_save = state.global_step
         if self.detector.healthy:
             self.saved.append(state.global_step)
+
+    def _protect(self, args: Any, state: Any) -> None:
+        """Keep the newest healthy checkpoint that a fall starting now could not have touched out of the
+        rotation the coming save makes (transformers never deletes ``best_model_checkpoint``)."""
         kept = [s for s in self.saved if s <= self.detector.last_clean(state.global_step)] or self.saved[:1]
         if kept:
             state.best_model_checkpoint = str(JobFolder(Path(args.output_dir)).checkpoint(kept[-1]))
