@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from grpo_exp.config.schema import LoggerBackend, LoggerSettings
-from grpo_exp.tracking.trackio_run import trackers, wandb_keys
+from grpo_exp.tracking.trackio_run import wandb_keys
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.skipif(not importlib.util.find_spec("trackio"), reason="trackio extra not installed")
@@ -92,9 +92,9 @@ def test_runs_carry_w_and_b_keys_group_and_swept_values(sweep):
 
 
 def test_both_trackers_at_once_and_none():
-    assert trackers(LoggerSettings(backends=[LoggerBackend.wandb, LoggerBackend.trackio])) == {"wandb", "trackio"}
-    assert trackers(LoggerSettings(backend=LoggerBackend.trackio)) == {"trackio"}
-    assert trackers(LoggerSettings(backend=LoggerBackend.none)) == set()
+    assert LoggerSettings(backends=[LoggerBackend.wandb, LoggerBackend.trackio]).trackers() == {"wandb", "trackio"}
+    assert LoggerSettings(backend=LoggerBackend.trackio).trackers() == {"trackio"}
+    assert LoggerSettings(backend=LoggerBackend.none).trackers() == set()
 
 
 def test_trainer_keys_become_w_and_b_names():

@@ -277,6 +277,11 @@ class LoggerSettings:
     tags: list[str] = field(default_factory=list)
     job_type: str = "train"
 
+    def trackers(self) -> set[str]:
+        """The trackers a job logs to: ``backends`` when given, else ``backend`` alone."""
+        chosen = {str(b) for b in self.backends} or {str(self.backend)}
+        return chosen - {LoggerBackend.none.value}
+
 
 class Device(StrEnum):
     auto = "auto"

@@ -22,19 +22,13 @@ from typing import TYPE_CHECKING, Any
 from grpo_exp.config.schema import LoggerBackend, LoggerSettings
 
 if TYPE_CHECKING:
-    from grpo_exp.tracking.wandb_run import RunIdentity  # wandb_run reads trackers() from here
+    from grpo_exp.tracking.wandb_run import RunIdentity
 
 log = logging.getLogger(__name__)
 
 TRAIN_PREFIX = "train/"
 # The trainer's log keys that are bookkeeping, not metrics (W&B's callback drops them too).
 _NOT_METRICS = ("total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
-
-
-def trackers(settings: LoggerSettings) -> set[str]:
-    """The trackers a job logs to: ``logger.backends`` when given, else ``logger.backend`` alone."""
-    chosen = {str(b) for b in settings.backends} or {str(settings.backend)}
-    return chosen - {LoggerBackend.none.value}
 
 
 @dataclass
@@ -89,7 +83,7 @@ def trackio_run(
 ) -> Iterator[TrackioRun | None]:
     """The job's trackio run (None unless trackio is one of its trackers), finished on the way out;
     named and grouped as its W&B run would be."""
-    if LoggerBackend.trackio.value not in trackers(settings):
+    if LoggerBackend.trackio.value not in settings.trackers():
         yield None
         return
     name, group = settings.name or identity.name, settings.group or identity.group

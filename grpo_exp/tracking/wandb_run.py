@@ -103,9 +103,7 @@ def logged_in() -> bool:
 
 def resolve_mode(settings: LoggerSettings) -> str:
     """``auto`` becomes WANDB_MODE when set, else online with a login and offline without."""
-    from grpo_exp.tracking.trackio_run import trackers
-
-    if LoggerBackend.wandb.value not in trackers(settings):
+    if LoggerBackend.wandb.value not in settings.trackers():
         return "disabled"
     if settings.mode != "auto":
         return settings.mode
