@@ -19,7 +19,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEFAULT_TORCH := torch==2.13.0
-DEFAULT_EXTRAS := dev,sweeps,optuna,dashboard,ray
+DEFAULT_EXTRAS := dev,sweeps,optuna,dashboard,ray,trackio,browser
 # The last set-up's TORCH, EXTRAS, WHEELHOUSE and CONSTRAINTS (SETUP_*); given anew, they set up again.
 # (No rule makes the record itself: make would remake an included file even under `make -n`.)
 SETUP_RECORD := $(VENV)/setup.mk
@@ -41,9 +41,9 @@ TORCH_REQUIREMENT := $(if $(filter none,$(TORCH)),,"$(TORCH)")
 CHOICES := $(TORCH)|$(EXTRAS)|$(WHEELHOUSE)|$(CONSTRAINTS)
 RECORDED := $(SETUP_TORCH)|$(SETUP_EXTRAS)|$(SETUP_WHEELHOUSE)|$(SETUP_CONSTRAINTS)
 
-.PHONY: setup run test test-slow test-low lint sandbox-tools wheelhouse FORCE
+.PHONY: setup run test test-slow test-low lint sandbox-tools browser-tools wheelhouse FORCE
 
-setup: $(STAMP) sandbox-tools
+setup: $(STAMP) sandbox-tools browser-tools
 
 # Torch and the project in one pip call, so the vllm extra's torch pin picks the one torch to download.
 $(STAMP): pyproject.toml $(if $(filter-out $(RECORDED),$(CHOICES)),FORCE)
@@ -64,6 +64,14 @@ sandbox-tools:
 	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
 		&& (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) \
 		|| echo "note: bubblewrap not installed; the code sandbox will use unshare or limits only"; }
+
+# Debian's chromium for the local dashboard's browser test (Playwright drives it); without it that test
+# is skipped and says why. Installed only where we are root with apt and the browser extra is set up.
+browser-tools:
+	@command -v chromium >/dev/null 2>&1 || case ",$(EXTRAS)," in *,browser,*) \
+		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+		&& (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+		|| echo "note: chromium not installed; the dashboard's browser test will be skipped"; } ;; esac
 
 run: setup
 	$(BIN)/python run.py $(ARGS)

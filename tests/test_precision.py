@@ -193,7 +193,8 @@ def test_a_cpu_only_torch_on_a_machine_with_a_driver(settings):
     assert not layout.gpu
     assert layout.notes == (
         "torch 2.13.0+cpu is a CPU-only build, though a GPU driver is installed: training on the CPU; "
-        "for the GPU, make setup TORCH=torch",
+        "for the GPU, make setup TORCH=torch (it uninstalls the CPU build first; "
+        "with pip: pip uninstall -y torch && pip install torch)",
     )
     with pytest.raises(UserError, match=r"device=cuda but torch 2.13.0\+cpu is a CPU-only build"):
         decide(settings("device=cuda"), CPU_BUILD_WITH_DRIVER)

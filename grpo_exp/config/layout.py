@@ -48,7 +48,10 @@ _SIXTEEN_BIT = ("bfloat16", "float16")
 # Sharded launches a 4-bit base can't take: transformers refuses a 4-bit device_map under ZeRO-3's
 # init, and FSDP would need the 4-bit storage in the compute dtype (bnb_4bit_quant_storage).
 SHARDED_4BIT = {"zero3": "DeepSpeed ZeRO-3 (accelerate/zero3.yaml)", "fsdp": "FSDP (accelerate/fsdp.yaml)"}
-GPU_TORCH_ADVICE = "make setup TORCH=torch"  # how to replace a CPU-only torch (the Makefile's GPU set-up)
+# How to replace a CPU-only torch: pip alone keeps an installed +cpu build that satisfies "torch".
+GPU_TORCH_ADVICE = (
+    "make setup TORCH=torch (it uninstalls the CPU build first; with pip: pip uninstall -y torch && pip install torch)"
+)
 
 
 class Precision(StrEnum):
