@@ -50,6 +50,8 @@ SKIPPED = {
     "CUDA_VISIBLE_DEVICES=": "several GPUs and vLLM",
     ".venv/bin/python benchmarks/": "a benchmark of several minutes, not a test",
     "python -m grpo_exp.tracking.repair": "needs a job whose W&B run died (tests/test_wandb_repair.py runs it)",
+    "export 'TRACKIO_DIR=": "sets trackio's store for the commands after it (tests/test_trackio.py sets its own)",
+    "trackio list": "reads the store of a finished trackio sweep (tests/test_trackio.py runs it)",
 }
 
 
