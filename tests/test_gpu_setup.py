@@ -20,9 +20,16 @@ CPU_EXTRAS = "dev,sweeps,optuna,dashboard,ray,trackio,browser"
 
 
 def dry_run(venv: Path, target: str = "setup", *variables: str) -> list[str]:
-    """The commands `make <target>` would run, one per line (continuations joined)."""
+    """The commands `make <target>` would run, one per line (continuations joined). Run as a make of its own:
+    under `make test` (CI) the inherited MAKELEVEL would add "Entering directory" lines."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     done = subprocess.run(
-        ["make", "-n", target, f"VENV={venv}", *variables], cwd=ROOT, capture_output=True, text=True, check=False
+        ["make", "--no-print-directory", "-n", target, f"VENV={venv}", *variables],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     return [line.strip() for line in done.stdout.replace("\\\n", " ").splitlines()]

@@ -63,7 +63,9 @@ def test_a_manylinux_node_takes_the_older_manylinux_wheels_too():
 
 
 def dry_wheelhouse(*variables: str) -> list[str]:
-    done = subprocess.run(["make", "-n", "wheelhouse", *variables], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-n", "wheelhouse", *variables], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     return [line.strip() for line in done.stdout.replace("\\\n", " ").splitlines()]
 
