@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from grpo_exp import hardware
 from grpo_exp.config.schema import CONF_DIR, register_schema
 from grpo_exp.errors import UserError
-from grpo_exp.job import launcher, packing
+from grpo_exp.job import launcher, packing, preflight
 from grpo_exp.job.preflight import job_spec
 from grpo_exp.memory.estimate import memory_plan
 from tests.conftest import ROOT
@@ -123,6 +123,7 @@ def test_auto_packs_the_sweeps_largest_job_onto_each_simulated_gpu(monkeypatch):
     """The parent decides from the jobs' own specs and memory plans, starting no CUDA."""
     h100s = dataclasses.replace(H100_X4, memory_bytes=80 * GIB)
     monkeypatch.setattr(hardware, "machine", lambda index=0: h100s)
+    monkeypatch.setattr(preflight, "_SPECS", {})  # specs another test built on this CPU are not these
     register_schema()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         configs = {

@@ -79,7 +79,6 @@ class Layout:
     local_rank: int = 0  # the CUDA device this process trains on, as it numbers them (0 for a plain run)
     gpu_index: int = 0  # that GPU among the ones visible when the job was decided (what the layout line says)
     gpu_name: str | None = None
-    gpu_memory: int | None = None  # the GPU's memory in bytes, as torch reports it
     gpus_visible: int = 0  # GPUs torch saw, before a plain run kept its own
     gpu_memory_bytes: int | None = None  # the training GPU's memory (a parallel sweep packs its jobs by it)
     quantized: bool = False  # a 4-bit base (QLoRA); weight_dtype is then that of its unquantized parts
@@ -188,7 +187,6 @@ def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
         local_rank=local_rank if gpu and processes > 1 else 0,
         gpu_index=index if gpu else 0,
         gpu_name=found.name if gpu else None,
-        gpu_memory=found.memory_bytes if gpu else None,
         gpus_visible=found.gpus,
         gpu_memory_bytes=found.memory_bytes if gpu else None,
         quantized=cfg.model.quantization.load_in_4bit,

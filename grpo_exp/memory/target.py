@@ -122,7 +122,7 @@ def sharding_from_env(processes: int) -> str:
 def device_memory(layout: Any) -> tuple[int | None, str]:
     """The memory of the layout's GPU (as the layout read it, without starting CUDA here), or this machine's RAM."""
     if layout.gpu:
-        return layout.gpu_memory, f"GPU {layout.gpu_index} ({layout.gpu_name})"
+        return layout.gpu_memory_bytes, f"GPU {layout.gpu_index} ({layout.gpu_name})"
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
