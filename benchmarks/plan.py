@@ -18,7 +18,7 @@ The random models generate with the tiny model's tokenizer (ids beyond its vocab
 nothing); they never say end-of-sequence, so every completion runs to its limit, the plan's worst
 case. The plan takes the shipped prompts' longest (43 tokens with this tokenizer) as every prompt.
 
-``--published`` plans the GPU runs in ``PUBLISHED`` (settings re-entered as overrides, no training)
+``--published`` plans the GPU runs in ``published_runs.yaml`` (settings re-entered as overrides, no training)
 and prints them beside the figures their authors published.
 
 Usage::
@@ -45,6 +45,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -227,101 +229,13 @@ def libraries() -> None:
     print(f"libraries resident: {figures[0] / (1 << 20):,.0f} MiB (plain malloc), {figures[1] / (1 << 20):,.0f} MiB")
 
 
-# GPU runs others published, their settings re-entered as overrides of this project's jobs.
-# T4: TRL's notebook examples/notebooks/grpo_trl_lora_qlora.ipynb (PR 4660), on a Colab T4 in fp16.
-NOTEBOOK = [
-    "model=qwen2_5_0_5b_instruct",
-    "model.lora.enabled=true",
-    "model.lora.r=32",
-    "model.lora.alpha=32",
-    "model.lora.dropout=0",
-    "model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]",
-    "model.quantization.load_in_4bit=true",
-    "grpo.fp16=true",
-    "grpo.bf16=false",
-    "grpo.per_device_train_batch_size=8",
-    "grpo.num_generations=8",
-    "grpo.max_completion_length=256",
-    "dataset.max_prompt_tokens=256",  # NuminaMath-TIR with a system prompt, not read: planned at a cap
-    "optimizer.name=paged_adamw_8bit",
-    "grpo.gradient_checkpointing=true",
-    "grpo.beta=0",
-    "grpo.use_vllm=false",
-    "dataset.eval_fraction=0",
-]
-T4 = ["--gpu-memory", "14.74GiB"]
-NOTEBOOK_SOURCE = "TRL notebook grpo_trl_lora_qlora.ipynb"
-ISSUE_2972 = [
-    "--gpu-memory",
-    "94.99GiB",
-    "--launcher",
-    "ddp",
-    "--processes",
-    "3",
-    "model=qwen2_5_0_5b_instruct",
-    "model.name_or_path=Qwen/Qwen2.5-7B-Instruct",
-    "model.master_weights=bfloat16",
-    "grpo.num_generations=6",
-    "grpo.per_device_train_batch_size=2",
-    "dataset.max_prompt_tokens=256",
-    "grpo.max_completion_length=512",
-    "grpo.beta=0.04",
-    "grpo.gradient_checkpointing=false",
-    "dataset.eval_fraction=0",
-    "optimizer.name=adamw_torch",  # transformers' default then (4.48): torch's foreach AdamW
-]
-# (source, run, overrides, published GiB or None, what was published)
-PUBLISHED: list[tuple[str, str, list[str], float | None, str]] = [
-    (
-        NOTEBOOK_SOURCE + ", its memory cell after 500 steps",
-        "Qwen2-7B-Instruct QLoRA, T4",
-        [*T4, *NOTEBOOK, "model.name_or_path=Qwen/Qwen2-7B-Instruct"],
-        8.832,
-        "max_memory_reserved",
-    ),
-    (
-        NOTEBOOK_SOURCE + ", its model list",
-        "Qwen2.5-7B-Instruct QLoRA, T4",
-        [*T4, *NOTEBOOK, "model.name_or_path=Qwen/Qwen2.5-7B-Instruct"],
-        9.2,
-        "'~9.2GB VRAM' (measure not named)",
-    ),
-    (
-        NOTEBOOK_SOURCE + ", its model list",
-        "Llama-3.1-8B-Instruct QLoRA, T4",
-        [*T4, *NOTEBOOK, "model.name_or_path=meta-llama/Llama-3.1-8B-Instruct"],
-        9.5,
-        "'~9.5GB VRAM' (measure not named)",
-    ),
-    (
-        NOTEBOOK_SOURCE + ", its model list",
-        "Qwen3-8B QLoRA, T4",
-        [*T4, *NOTEBOOK, "model.name_or_path=Qwen/Qwen3-8B"],
-        9.9,
-        "'~9.9GB VRAM' (measure not named)",
-    ),
-    (
-        NOTEBOOK_SOURCE + ", its model list",
-        "Llama-3.2-3B-Instruct QLoRA, T4",
-        [*T4, *NOTEBOOK, "model.name_or_path=meta-llama/Llama-3.2-3B-Instruct"],
-        5.7,
-        "'~5.7GB VRAM' (measure not named)",
-    ),
-    (
-        NOTEBOOK_SOURCE + ", its model list",
-        "Qwen3-14B QLoRA, T4",
-        [*T4, *NOTEBOOK, "model.name_or_path=Qwen/Qwen3-14B"],
-        None,
-        "out of memory",
-    ),
-    (
-        "trl issue 2972 (PR 2776)",
-        "Qwen2.5-7B full fine-tune, bf16 weights and Adam states, DDP on 3 H20",
-        ISSUE_2972,
-        None,
-        "out of memory in AdamW's _foreach_sqrt at 92.4 GiB allocated, 1.85 GiB outside PyTorch",
-    ),
-]
+PUBLISHED = Path(__file__).with_name("published_runs.yaml")  # GPU runs others published, shared with the tests
+
+
+def published_runs() -> list[dict]:
+    """The published runs, each with its whole ``argv``: its named settings, then its own overrides."""
+    record = yaml.safe_load(PUBLISHED.read_text(encoding="utf-8"))
+    return [{**run, "argv": [*record["settings"][run["settings"]], *run["overrides"]]} for run in record["runs"]]
 
 
 def published() -> list[dict]:
@@ -329,19 +243,19 @@ def published() -> list[dict]:
     from grpo_exp.plan.__main__ import main as plan_main
 
     rows = []
-    for source, run, argv, figure, what in PUBLISHED:
+    for run in published_runs():
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
-            assert plan_main(["--json", *argv]) == 0
+            assert plan_main(["--json", *run["argv"]]) == 0
         plan = json.loads(buffer.getvalue())
         outside = sum(v for k, v in plan["items"].items() if k.startswith("runtime"))
         rows.append(
             {
-                "source": source,
-                "run": run,
-                "overrides": argv,
-                "published_gib": figure,
-                "published": what,
+                "source": run["source"],
+                "run": run["run"],
+                "overrides": run["argv"],
+                "published_gib": run["published_gib"],
+                "published": run["published"],
                 "plan_bytes": plan["peak_bytes"],
                 "plan_pytorch_bytes": plan["peak_bytes"] - outside,  # what max_memory_reserved can see
                 "phase": plan["peak_phase"],

@@ -21,9 +21,10 @@ MAX_STEPS, FIRST_RUNG = 4, 2
 
 
 def test_rungs_grow_by_eta_and_end_at_max_steps():
-    assert halving.rungs(100, 3, None) == [11, 33, 99, 100]  # 100 // 9 = 11, then x3 while below the end
-    assert halving.rungs(100, 3, 10) == [10, 30, 90, 100]
+    assert halving.rungs(100, 3, None) == [11, 33, 100]  # 100 // 9 = 11, x3 while 3x the rung fits in 100
+    assert halving.rungs(100, 3, 10) == [10, 30, 100]
     assert halving.rungs(4, 2, 2) == [2, 4]
+    assert halving.rungs(9, 3, 1) == [1, 3, 9]
 
 
 def test_the_best_third_goes_on_and_a_configuration_without_a_score_is_last():
@@ -43,7 +44,8 @@ def test_seeds_are_one_configuration():
     ("overrides", "message"),
     [
         (["sweep.halving.eta=1"], "eta must be 2 or more"),
-        (["sweep.halving.min_steps=100"], "min_steps=100 must lie between 0 and grpo.max_steps=100"),
+        (["sweep.halving.min_steps=100"], "min_steps=100 must lie between 0 and grpo.max_steps/eta=33"),
+        (["sweep.halving.min_steps=34"], "min_steps=34 must lie between 0 and grpo.max_steps/eta=33"),
         (["optimizer.scheduler=cosine"], "use optimizer.scheduler=constant"),
         (["adaptive.enabled=true"], "those runs end their stages on their own"),
         (["monitor.on_collapse=rollback"], "monitor.on_collapse=rollback"),

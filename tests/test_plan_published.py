@@ -12,60 +12,21 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from grpo_exp.memory import estimate
 from grpo_exp.memory.estimate import GIB, plan_architecture
 from grpo_exp.memory.target import Target
 from grpo_exp.plan.__main__ import main
+from tests.conftest import ROOT
 
-# TRL's notebook examples/notebooks/grpo_trl_lora_qlora.ipynb on a Colab T4 (14.74 GiB, fp16):
-# QLoRA (NF4, double quantization), LoRA r 32 on 7 projections, no dropout, batch 8, 8 generations,
-# 256 completion tokens, paged_adamw_8bit, gradient checkpointing, beta 0, no vLLM; its prompts
-# (NuminaMath-TIR with a system prompt) are planned at a cap of 256 tokens.
-T4 = "14.74GiB"
-NOTEBOOK_RESERVED = 8.832 * GIB  # its torch.cuda.max_memory_reserved() after 500 steps
-NOTEBOOK = [
-    "model=qwen2_5_0_5b_instruct",
-    "model.lora.enabled=true",
-    "model.lora.r=32",
-    "model.lora.alpha=32",
-    "model.lora.dropout=0",
-    "model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]",
-    "model.quantization.load_in_4bit=true",
-    "grpo.fp16=true",
-    "grpo.bf16=false",
-    "grpo.per_device_train_batch_size=8",
-    "grpo.num_generations=8",
-    "grpo.max_completion_length=256",
-    "dataset.max_prompt_tokens=256",
-    "optimizer.name=paged_adamw_8bit",
-    "grpo.gradient_checkpointing=true",
-    "grpo.beta=0",
-    "grpo.use_vllm=false",
-    "dataset.eval_fraction=0",
-]
-# trl issue 2972 (with PR 2776): Qwen2.5-7B fully fine-tuned with bf16 weights and AdamW states,
-# DDP on 3 H20s (94.99 GiB), 2 completions per device, 6 generations, 256/512 tokens, beta 0.04, no
-# checkpointing: out of memory in AdamW's _foreach_sqrt at 92.4 GiB allocated.
-H20 = "94.99GiB"
-ISSUE_2972 = [
-    "--gpu-memory",
-    H20,
-    "--launcher",
-    "ddp",
-    "--processes",
-    "3",
-    "model=qwen2_5_0_5b_instruct",
-    "model.name_or_path=Qwen/Qwen2.5-7B-Instruct",
-    "model.master_weights=bfloat16",
-    "grpo.num_generations=6",
-    "grpo.per_device_train_batch_size=2",
-    "dataset.max_prompt_tokens=256",
-    "grpo.max_completion_length=512",
-    "grpo.beta=0.04",
-    "grpo.gradient_checkpointing=false",
-    "dataset.eval_fraction=0",
-]
+# The published runs' settings (benchmarks/published_runs.yaml, which says where each comes from):
+# TRL's QLoRA notebook on a Colab T4, and trl issue 2972's full fine-tune on 3 H20s.
+_PUBLISHED = yaml.safe_load((ROOT / "benchmarks" / "published_runs.yaml").read_text(encoding="utf-8"))
+NOTEBOOK_T4 = _PUBLISHED["settings"]["trl_notebook_t4"]
+ISSUE_2972 = _PUBLISHED["settings"]["trl_issue_2972"]
+_MEASURED = next(r for r in _PUBLISHED["runs"] if r["published"] == "max_memory_reserved")
+NOTEBOOK_RESERVED = _MEASURED["published_gib"] * GIB  # the notebook's max_memory_reserved() after 500 steps
 RUNTIME = "runtime"
 
 
@@ -80,7 +41,7 @@ def _outside_pytorch(plan: dict) -> int:
 
 
 def test_the_trl_notebooks_qwen2_7b_qlora_run_on_a_t4(capsys):
-    plan = _plan(capsys, "--gpu-memory", T4, *NOTEBOOK, "model.name_or_path=Qwen/Qwen2-7B-Instruct")
+    plan = _plan(capsys, *NOTEBOOK_T4, "model.name_or_path=Qwen/Qwen2-7B-Instruct")
     reserved = plan["peak_bytes"] - _outside_pytorch(plan)  # what the notebook measured
     assert 0.85 <= reserved / NOTEBOOK_RESERVED <= 1.15
     assert 0.85 <= plan["peak_bytes"] / NOTEBOOK_RESERVED <= 1.15
@@ -91,7 +52,7 @@ def test_the_trl_notebooks_qwen2_7b_qlora_run_on_a_t4(capsys):
 
 def test_qwen3_14b_with_the_notebooks_settings_does_not_fit_a_t4(capsys):
     """The notebook lists Qwen3-14B as out of memory with these settings."""
-    plan = _plan(capsys, "--gpu-memory", T4, *NOTEBOOK, "model.name_or_path=Qwen/Qwen3-14B")
+    plan = _plan(capsys, *NOTEBOOK_T4, "model.name_or_path=Qwen/Qwen3-14B")
     assert plan["verdict"] != "fits" and plan["fits"] is False
 
 

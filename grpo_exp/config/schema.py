@@ -296,7 +296,7 @@ Objective = StrEnum("Objective", {name: name for name in OBJECTIVES})
 class HalvingSettings:
     enabled: bool = False
     eta: int = 3
-    min_steps: int | None = None  # null: grpo.max_steps / eta**2 (three rungs)
+    min_steps: int | None = None  # at most grpo.max_steps // eta; null: grpo.max_steps // eta**2
     rung_steps: int | None = None  # set by the halving sweeper: this rung ends at that step (the schedule stays whole)
 
 

@@ -43,11 +43,13 @@ _SET_HERE = ("resume", RUNG_KEY, "hydra.sweep.subdir")
 
 
 def rungs(max_steps: int, eta: int, min_steps: int | None) -> list[int]:
-    """The steps each rung ends at: min_steps, min_steps*eta, ..., with grpo.max_steps the last."""
-    first = min_steps or max(1, max_steps // eta**2)
+    """The steps each rung ends at: min_steps, min_steps*eta, ..., with grpo.max_steps the last.
+
+    A rung stands only where eta times its steps still fit in grpo.max_steps: 11, 33, 100 rather
+    than 11, 33, 99, 100, whose rung at 99 would rank the survivors one step before their end."""
     ends = []
-    step = first
-    while step < max_steps:
+    step = min_steps or max(1, max_steps // eta**2)
+    while step * eta <= max_steps:
         ends.append(step)
         step *= eta
     return [*ends, max_steps]
@@ -66,9 +68,10 @@ def check(cfg: Any) -> None:
         raise UserError(f"sweep.halving.eta={eta}: keep the best 1/eta at each rung, so eta must be 2 or more (3)")
     if max_steps <= 0:
         raise UserError("sweep.halving needs grpo.max_steps: the last rung ends there")
-    if min_steps is not None and not 0 < min_steps < max_steps:
+    if min_steps is not None and not 0 < min_steps <= max_steps // eta:
         raise UserError(
-            f"sweep.halving.min_steps={min_steps} must lie between 0 and grpo.max_steps={max_steps} (null: max/eta²)"
+            f"sweep.halving.min_steps={min_steps} must lie between 0 and grpo.max_steps/eta={max_steps // eta}, "
+            "or no rung ends before the last (null: max/eta²)"
         )
     if scheduler != "constant":
         raise UserError(
