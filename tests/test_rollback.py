@@ -15,21 +15,21 @@ from grpo_exp.training import checkpoints
 from tests.test_long_runs import last_step, run, start, wait_for
 
 LR = 1e-3
-# A reward that scores by length and returns NaN for every completion of its nan_call-th call, once
-# per job (a marker file beside it says it has), so neither the rollback nor a resume meets it again.
+# A reward that scores by length and returns NaN for every completion of its calls numbered in
+# nan_calls, each once per job (a marker file beside it says it has), so a resume meets none again.
 NAN_REWARD = """
 import math
 from pathlib import Path
 
 calls = 0
-MARKER = Path({marker!r})
 
 
 def reward(completions, **kwargs):
     global calls
     calls += 1
-    if calls == {nan_call} and not MARKER.exists():
-        MARKER.touch()
+    marker = Path({marker!r} + str(calls))
+    if calls in {nan_calls} and not marker.exists():
+        marker.touch()
         return [math.nan] * len(completions)
     texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
     return [min(len(t), 60) / 60 for t in texts]
@@ -85,9 +85,9 @@ def test_warn_is_the_default_and_rollback_needs_checkpoints(settings):
         checks.check(settings("monitor.on_collapse=rollback", "grpo.save_steps=0"))
 
 
-def nan_reward(tmp_path: Path, nan_call: int) -> tuple[str, ...]:
+def nan_reward(tmp_path: Path, *nan_calls: int) -> tuple[str, ...]:
     module = tmp_path / "nan_once.py"
-    module.write_text(NAN_REWARD.format(nan_call=nan_call, marker=str(tmp_path / "nan_given")), encoding="utf-8")
+    module.write_text(NAN_REWARD.format(nan_calls=set(nan_calls), marker=str(tmp_path / "nan_given")), encoding="utf-8")
     return ("reward=custom", f"reward.parts.main.fn={module}:reward", "reward.parts.main.ceiling=1.0")
 
 
@@ -102,7 +102,7 @@ def test_an_injected_nan_reward_rolls_back_to_the_last_healthy_checkpoint(tmp_pa
     job = tmp_path / "job"
     result = run(
         *QUIET,
-        *nan_reward(tmp_path, nan_call=7),
+        *nan_reward(tmp_path, 7),
         "grpo.max_steps=12",
         "monitor.on_collapse=rollback",
         "monitor.healthy_every=2",
@@ -120,6 +120,28 @@ def test_an_injected_nan_reward_rolls_back_to_the_last_healthy_checkpoint(tmp_pa
     summary = json.loads((job / "summary.json").read_text())
     assert summary["status"] == "completed" and [r["to_step"] for r in summary["rollbacks"]] == [6]
     assert "rollback" in result.stdout and "back to step 6" in result.stdout
+
+
+def test_a_collapse_again_from_the_same_checkpoint_goes_back_one_further(tmp_path):
+    """Step 7 is NaN twice (reward calls 7 and 8): back to step 6, then, as 6 collapsed again, to an older
+    checkpoint; both rollbacks stay on record though the second rewinds past the first's row."""
+    job = tmp_path / "job"
+    result = run(
+        *QUIET,
+        *nan_reward(tmp_path, 7, 8),
+        "grpo.max_steps=10",
+        "monitor.on_collapse=rollback",
+        "monitor.healthy_every=2",
+        f"hydra.run.dir={job}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_every_step_once(job, 10)
+    records = rollback_records(json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines())
+    assert [(r["from_step"], r["to_step"]) for r in records[:1]] == [(7, 6)]
+    assert records[1]["from_step"] == 7 and records[1]["to_step"] < 6
+    assert "optimizer.lr 0.0005 -> 0.00025" in records[1]["change"]
+    summary = json.loads((job / "summary.json").read_text())
+    assert [r["index"] for r in summary["rollbacks"]] == [1, 2]
 
 
 def test_a_kl_spike_rolls_back_and_max_rollbacks_reached_stops_with_one_line(tmp_path):
@@ -144,7 +166,7 @@ def test_a_kl_spike_rolls_back_and_max_rollbacks_reached_stops_with_one_line(tmp
 
 def test_a_run_killed_after_a_rollback_resumes_with_every_step_once(tmp_path):
     job = tmp_path / "job"
-    steps = (*QUIET, *nan_reward(tmp_path, nan_call=5), "grpo.max_steps=14", "monitor.on_collapse=rollback")
+    steps = (*QUIET, *nan_reward(tmp_path, 5), "grpo.max_steps=14", "monitor.on_collapse=rollback")
     steps += ("monitor.healthy_every=2", f"hydra.run.dir={job}")
     process = start(*steps)
     after = job / "checkpoint-8" / checkpoints.SEAL_FILE  # a healthy checkpoint after the rollback to step 4
@@ -167,7 +189,7 @@ def test_stop_ends_the_run_at_the_collapse_with_one_line(tmp_path):
     job = tmp_path / "job"
     result = run(
         *QUIET,
-        *nan_reward(tmp_path, nan_call=3),
+        *nan_reward(tmp_path, 3),
         "grpo.max_steps=8",
         "monitor.on_collapse=stop",
         f"hydra.run.dir={job}",

@@ -166,7 +166,11 @@ class RollbackStages:
         self.pending.clear()
 
     def _roll_back(self, collapse: Collapse) -> Checkpoint:
-        """Back to the newest whole checkpoint at or before the last healthy step; the rollback recorded."""
+        """Back to the newest whole checkpoint at or before the last healthy step; the rollback recorded.
+
+        A run that collapses again from the checkpoint its last rollback went back to, before a newer
+        healthy one was kept, goes back one checkpoint further where one is kept: that checkpoint led
+        to a collapse even with the remedy."""
         settings = self.spec.settings.monitor
         done = rollback_records(self.folder.rows())
         if len(done) >= settings.max_rollbacks:
@@ -174,28 +178,30 @@ class RollbackStages:
                 f"training collapsed again: {collapse.message}; {len(done)} rollback(s) taken, "
                 f"monitor.max_rollbacks={settings.max_rollbacks} reached; {FIX}"
             )
-        target = next(
-            (
-                Checkpoint(path, step, json.loads((path / SEAL_FILE).read_text(encoding="utf-8")))
-                for step, path in self.folder.checkpoints()  # newest first
-                if step <= collapse.healthy_step and checkpoints.problem(path) is None
-            ),
-            None,
-        )
-        if target is None:
+        whole = [
+            (step, path)
+            for step, path in self.folder.checkpoints()  # newest first
+            if step <= collapse.healthy_step and checkpoints.problem(path) is None
+        ]
+        if done and len(whole) > 1 and whole[0][0] == done[-1]["to_step"]:
+            whole = whole[1:]
+        if not whole:
             raise Collapsed(
                 f"training collapsed ({collapse.message}) and no checkpoint from before step "
                 f"{collapse.healthy_step + 1} exists to go back to; lower monitor.healthy_every, or {FIX}"
             )
+        step, path = whole[0]
+        target = Checkpoint(path, step, json.loads((path / SEAL_FILE).read_text(encoding="utf-8")))
         for step, path in self.folder.checkpoints():
             if step > target.step:
                 shutil.rmtree(path, ignore_errors=True)
-        if self.spec.layout.primary:
-            self.folder.rewind(target.step)
-        self.monitor.load_state_dict(target.state.get("monitor", {}))
         record = self._record(collapse, target.step, len(done) + 1)
         if self.spec.layout.primary:
-            self.folder.append_row({"step": target.step, **{ROLLBACK_PREFIX + k: v for k, v in record.items()}})
+            self.folder.rewind(target.step)
+            # an earlier rollback's row that the rewind dropped (it went back less far) stays on record here
+            for row in [*(r for r in done if r["to_step"] > target.step), record]:
+                self.folder.append_row({"step": target.step, **{ROLLBACK_PREFIX + k: v for k, v in row.items()}})
+        self.monitor.load_state_dict(target.state.get("monitor", {}))
         log.warning(
             "step %d: %s; rollback %d of %d: back to step %d, %s",
             collapse.step,
