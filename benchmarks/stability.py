@@ -2,11 +2,12 @@
 
 Real GRPO on the tiny model through ``run.py`` (``logger=none``, one thread per job):
 
-- ``collapse``: ``+recipe=collapse`` (8x the tiny model's learning rate, 100 steps), ``collapse+rollback``:
+- ``collapse``: ``+recipe=collapse`` (10x the tiny model's learning rate, 100 steps), ``collapse+rollback``:
   the same with ``monitor.on_collapse=rollback``, and ``stable``: the same task at the tiny model's own
   learning rate; peak (best 10-step mean) and last-tenth training reward per seed, the rollbacks taken,
   and whether every step is in ``metrics.jsonl`` once.
-- ``dynamic`` (``grpo.num_generations=4 grpo.dynamic_sampling=true``) for ``--ds-steps`` steps, then
+- ``dynamic`` (``grpo.num_generations=4 grpo.dynamic_sampling=true``, up to 10 extra
+  generation rounds a step) for ``--ds-steps`` steps, then
   ``plain`` at the same group size for as many steps as the completions ``dynamic`` generated buy;
   the held-out reward after the last step (TRL's evaluation of ``dataset.eval_fraction``'s split),
   and the zero-std share of the groups trained on.
@@ -37,7 +38,16 @@ COLLAPSE_ARMS = {
     "collapse+rollback": ["+recipe=collapse", "monitor.on_collapse=rollback", *NO_EVAL],
     "stable": ["grpo.max_steps=100", "grpo.save_steps=0", *NO_EVAL],
 }
-DS = ["grpo.num_generations=4", "grpo.eval_on_start=false", "grpo.eval_steps=1000000", "grpo.save_steps=0"]
+# the held-out reward after the last step only, from 8 completions per held-out prompt (26 x 8)
+DS = [
+    "grpo.num_generations=4",
+    "grpo.eval_on_start=false",
+    "grpo.eval_steps=1000000",
+    "grpo.num_generations_eval=8",
+    "grpo.save_steps=0",
+]
+# extra generation rounds a step may take: enough that no step runs out on this task
+DYNAMIC = ["grpo.dynamic_sampling=true", "grpo.max_sampling_rounds=10"]
 BATCH = 8  # completions per step at num_generations=4 (2 prompts per step)
 WINDOW = 10
 
@@ -80,12 +90,16 @@ def collapse_part(out: Path, seeds: list[int], jobs: int) -> dict:
 def ds_part(out: Path, seeds: list[int], jobs: int, steps: int) -> dict:
     def pair(seed: int) -> dict:
         dynamic = train(
-            out / f"dynamic_s{seed}", [*DS, "grpo.dynamic_sampling=true", f"grpo.max_steps={steps}", f"seed={seed}"]
+            out / f"dynamic_s{seed}",
+            [*DS, *DYNAMIC, f"grpo.max_steps={steps}", f"seed={seed}"],
         )
         made = sum(r.get("dynamic_sampling/completions", 0) for r in dynamic["rows"])
         plain = train(out / f"plain_s{seed}", [*DS, f"grpo.max_steps={round(made / BATCH)}", f"seed={seed}"])
         trained = [r["dynamic_sampling/trained_zero_std_share"] for r in dynamic["rows"] if "reward" in r]
-        plain_zero = [r["frac_reward_zero_std"] for r in plain["rows"] if "reward" in r]
+        # alike groups that are not solved, as dynamic sampling counts them (a solved group is all alike too)
+        plain_zero = [
+            r["frac_reward_zero_std"] - r.get("frac_solved_groups", 0.0) for r in plain["rows"] if "reward" in r
+        ]
         return {
             "dynamic": {
                 "steps": steps,
