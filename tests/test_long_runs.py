@@ -203,3 +203,19 @@ def test_preempted_submitit_job_checkpoints_is_requeued_and_resumes(tmp_path):
     assert [r["step"] for r in read_metrics(job / "metrics.jsonl")] == list(range(1, 11))
     logs = "".join(p.read_text() for p in sweep_dir.glob(".submitit/*/*.err"))
     assert "pre-empted at step" in logs and "Requeued job" in logs
+
+
+def test_a_run_updating_twice_per_generation_counts_every_step(tmp_path):
+    """grpo.num_iterations=2 logs a reward only at the steps that generate (1, 3): the summary still
+    counts the 4 steps trained, so resume=auto finds the run complete rather than training it again."""
+    job = tmp_path / "job"
+    job_args = ("grpo.max_steps=4", "grpo.num_iterations=2", "logger=none", "dataset.eval_fraction=0")
+    first = run(*job_args, "save_model=false", f"hydra.run.dir={job}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert [row["step"] for row in read_metrics(job / "metrics.jsonl") if "reward" in row] == [1, 3]
+    assert json.loads((job / "summary.json").read_text())["steps"] == 4
+
+    again = run(*job_args, "save_model=false", "resume=auto", f"hydra.run.dir={job}")
+
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "completed its 4 steps before; nothing to do" in again.stderr

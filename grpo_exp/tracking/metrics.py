@@ -63,6 +63,12 @@ def training_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [row for row in rows if "reward" in row]
 
 
+def last_trained_step(rows: Iterable[dict[str, Any]]) -> int:
+    """The last optimizer step logged. Every step's row carries its loss, but with grpo.num_iterations
+    above 1 only the steps that generated carry a reward: the last of those may come before the end."""
+    return max((int(row["step"]) for row in rows if "loss" in row or "reward" in row), default=0)
+
+
 def eval_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The held-out evaluations among ``metrics.jsonl``'s rows: those that carry ``eval/reward``."""
     return [row for row in rows if EVAL_REWARD in row]

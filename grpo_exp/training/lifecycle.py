@@ -26,6 +26,7 @@ from grpo_exp.tracking import provenance
 from grpo_exp.tracking.collapse import rollback_records
 from grpo_exp.tracking.metrics import (
     eval_rows,
+    last_trained_step,
     objective_value,
     read_metrics,
     stopped_solved_at,
@@ -213,6 +214,7 @@ def _summary(
 ) -> dict[str, Any]:
     rows = folder.rows()
     training = summarize(training_rows(rows), settings.monitor.kl_threshold)
+    training["steps"] = max(training["steps"], last_trained_step(rows))
     evaluation = summarize_eval(eval_rows(rows))
     objective, value = objective_value(evaluation | training, settings.objective)
     summary = {
