@@ -78,6 +78,14 @@ def test_summary_uses_first_and_last_tenth_and_counts_kl_excursions(tmp_path):
     json.dumps(summary)
 
 
+def test_steps_count_every_step_trained_not_only_those_that_generated():
+    """grpo.num_iterations=2: a loss at every step, a reward at every other; an evaluation row is no step."""
+    rows = [{"step": s, "loss": 0.1, **({"reward": 0.5} if s % 2 else {})} for s in range(1, 5)]
+    rows.append({"step": 4, "eval/loss": 0.2, "eval/reward": 0.4})
+    summary = summarize(rows, kl_threshold=0.1)
+    assert (summary["steps"], summary["logged_steps"]) == (4, 2)
+
+
 def test_summary_without_kl_leaves_excursions_unknown():
     rows = [{"step": 1, "reward": 0.5}]
     assert summarize(rows, kl_threshold=0.1)["steps_above_kl_threshold"] is None

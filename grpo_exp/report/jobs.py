@@ -111,14 +111,15 @@ def load_job(path: Path) -> Job:
     monitor = config.get("monitor") if isinstance(config.get("monitor"), dict) else {}
     kl_threshold = float(monitor.get("kl_threshold", DEFAULT_KL_THRESHOLD))
     logged, torn = read_rows(folder.metrics)
-    rows = [row for row in training_rows(logged) if finite(row.get("step"))]
+    stepped = [row for row in logged if finite(row.get("step"))]
+    rows = training_rows(stepped)
     if torn:
         notes.append(f"{torn} torn line(s) in {METRICS_FILE} skipped")
     summary = folder.summary()
     if summary is None and folder.summary_file.exists():
         notes.append(f"{SUMMARY_FILE} is unreadable: figures come from {METRICS_FILE}")
     held_out = summarize_eval(eval_rows(logged))
-    stats = summarize(rows, kl_threshold) | held_out | {k: v for k, v in (summary or {}).items() if v is not None}
+    stats = summarize(stepped, kl_threshold) | held_out | {k: v for k, v in (summary or {}).items() if v is not None}
     overrides = _read_overrides(folder)
     if overrides is None:
         overrides = (summary or {}).get("overrides") or {}

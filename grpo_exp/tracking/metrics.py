@@ -111,14 +111,16 @@ def objective_value(summary: dict[str, Any], objective: str) -> tuple[str, float
     return objective, float(value) if isinstance(value, int | float) else None
 
 
-def summarize(rows: list[dict[str, Any]], kl_threshold: float) -> dict[str, Any]:
-    """First/last/peak mean reward, reward std, KL and their excursions over a run's steps."""
+def summarize(logged: list[dict[str, Any]], kl_threshold: float) -> dict[str, Any]:
+    """First/last/peak mean reward, reward std, KL and their excursions over a run's ``metrics.jsonl``
+    rows (its training steps; the held-out evaluations are ``summarize_eval``'s)."""
+    rows = training_rows(logged)
     rewards = _series(rows, "reward")
     kls = _series(rows, "kl")
     edge = max(1, math.ceil(len(rewards) * EDGE_FRACTION))
     per_part = sorted({k for row in rows for k in row if k.startswith("rewards/") and k.endswith("/mean")})
     return {
-        "steps": rows[-1]["step"] if rows else 0,
+        "steps": last_trained_step(logged),
         "logged_steps": len(rows),
         "first_reward": _mean(rewards[:edge]),
         "final_reward": _mean(rewards[-edge:]),

@@ -26,13 +26,11 @@ from grpo_exp.tracking import provenance
 from grpo_exp.tracking.collapse import rollback_records
 from grpo_exp.tracking.metrics import (
     eval_rows,
-    last_trained_step,
     objective_value,
     read_metrics,
     stopped_solved_at,
     summarize,
     summarize_eval,
-    training_rows,
 )
 from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.tracking.outcome import format_outcome
@@ -213,8 +211,7 @@ def _summary(
     write: bool,
 ) -> dict[str, Any]:
     rows = folder.rows()
-    training = summarize(training_rows(rows), settings.monitor.kl_threshold)
-    training["steps"] = max(training["steps"], last_trained_step(rows))
+    training = summarize(rows, settings.monitor.kl_threshold)
     evaluation = summarize_eval(eval_rows(rows))
     objective, value = objective_value(evaluation | training, settings.objective)
     summary = {
