@@ -13,7 +13,8 @@ import json
 import logging
 import math
 import random
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 PROMPT_NAMES = ("question", "instruction", "query", "input", "problem", "messages", "text")
 
 LOADERS: Registry[Callable[[DatasetSettings], Dataset]] = Registry("dataset.source")
+# The column a record's verifiable answer lands in when ``dataset.reference_field`` is set (reward=math reads it).
+REFERENCE_COLUMN = "reference_answer"
 
 
 def builtin_names() -> list[str]:
@@ -58,7 +61,11 @@ def _load_hub(cfg: DatasetSettings) -> Dataset:
         raise UserError(f"{cfg.name} has no {cfg.prompt_field!r} column (columns: {dataset.column_names})")
     if cfg.num_samples:
         dataset = dataset.select(range(min(cfg.num_samples, len(dataset))))
-    return dataset.map(lambda r: {"prompt": format_prompt(r[cfg.prompt_field], cfg)})
+    if cfg.reference_field:  # no file to check before the model loads: the references are checked here
+        from grpo_exp.rewards.math import check_references
+
+        check_references(list(dataset), cfg.reference_field, cfg.reference_marker, f"{cfg.name} ({cfg.split})")
+    return dataset.map(lambda r: {"prompt": format_prompt(r[cfg.prompt_field], cfg), **_reference(r, cfg)})
 
 
 def _from_records(records: list[dict[str, Any]], cfg: DatasetSettings) -> Dataset:
@@ -66,7 +73,10 @@ def _from_records(records: list[dict[str, Any]], cfg: DatasetSettings) -> Datase
     import pyarrow
     from datasets import Dataset
 
-    rows = [{**r, "prompt": format_prompt(r[cfg.prompt_field], cfg)} for r in records[: cfg.num_samples or None]]
+    rows = [
+        {**r, "prompt": format_prompt(r[cfg.prompt_field], cfg), **_reference(r, cfg)}
+        for r in records[: cfg.num_samples or None]
+    ]
     try:
         return Dataset.from_list(rows)
     except pyarrow.ArrowException as exc:
@@ -124,7 +134,35 @@ def _check_file(path: Path, cfg: DatasetSettings) -> set[str]:
             f"{path}: {len(lacking)} of {len(records)} records have no {cfg.prompt_field!r} field "
             f"(the first is record {lacking[0] + 1}); fix or remove them"
         )
-    return {"prompt", *(key for record in records for key in record)}
+    columns = {"prompt", *(key for record in records for key in record)}
+    if cfg.reference_field:
+        from grpo_exp.rewards.math import check_references
+
+        check_references(records, cfg.reference_field, cfg.reference_marker, str(path), _record_lines(path))
+        columns.add(REFERENCE_COLUMN)
+    return columns
+
+
+def _reference(record: dict[str, Any], cfg: DatasetSettings) -> dict[str, Any]:
+    """The record's verifiable answer as its ``reference_answer`` column (none without ``dataset.reference_field``)."""
+    if not cfg.reference_field:
+        return {}
+    from grpo_exp.rewards.math import reference_after
+
+    return {REFERENCE_COLUMN: reference_after(record.get(cfg.reference_field), cfg.reference_marker)}
+
+
+def _record_lines(path: Path) -> list[int]:
+    """The line each record of a JSON Lines file or JSON array starts on, in order."""
+    text = path.read_text(encoding="utf-8")
+    if not text.lstrip().startswith("["):
+        return [number for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+    between = re.compile(r"[\s,]*")  # what separates a JSON array's items
+    decoder, lines, at = json.JSONDecoder(), [], text.index("[") + 1
+    while (at := between.match(text, at).end()) < len(text) and text[at] != "]":
+        lines.append(text.count("\n", 0, at) + 1)
+        at = decoder.raw_decode(text, at)[1]
+    return lines
 
 
 def _prompt_like(wanted: str, record: dict[str, Any]) -> str | None:
@@ -137,7 +175,9 @@ def _prompt_like(wanted: str, record: dict[str, Any]) -> str | None:
     return max(strings, key=strings.__getitem__) if strings else None
 
 
-def load_splits(cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase) -> tuple[Dataset, Dataset | None]:
+def load_splits(
+    cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase, tools: Sequence[Any] = ()
+) -> tuple[Dataset, Dataset | None]:
     """Training prompts and held-out prompts (None when evaluation is off), never sharing a prompt.
 
     The held-out set is ``dataset.eval_path`` when set (training drops any prompt it shares with
@@ -145,10 +185,11 @@ def load_splits(cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase) -> tup
     ``dataset.split_seed``: fixed apart from the job's seed, so every job of a sweep, seeds
     included, is scored on the same prompts.
     """
-    dataset = load_prompts(cfg, tokenizer)
+    dataset = load_prompts(cfg, tokenizer, tools)
     if cfg.eval_path:
         own = dataclasses.replace(cfg, num_samples=None)
-        held_out = _drop_long(_from_records(read_records(Path(cfg.eval_path)), own), cfg, tokenizer, cfg.eval_path)
+        records = _from_records(read_records(Path(cfg.eval_path)), own)
+        held_out = _drop_long(records, cfg, tokenizer, cfg.eval_path, tools)
         seen = {prompt_key(p) for p in held_out["prompt"]}
         train = dataset.filter(lambda r: prompt_key(r["prompt"]) not in seen)
         if shared := len(dataset) - len(train):
@@ -183,16 +224,19 @@ def prompt_key(prompt: Any) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False, sort_keys=True)
 
 
-def load_prompts(cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase) -> Dataset:
-    """Every prompt of the dataset: a ``prompt`` column in the shape TRL expects, long prompts dropped."""
-    dataset = _drop_long(LOADERS.get(cfg.source)(cfg), cfg, tokenizer, cfg.name or cfg.path)
+def load_prompts(cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase, tools: Sequence[Any] = ()) -> Dataset:
+    """Every prompt of the dataset: a ``prompt`` column in the shape TRL expects, long prompts dropped
+    (counted with the ``tools`` an agent's prompts show the model)."""
+    dataset = _drop_long(LOADERS.get(cfg.source)(cfg), cfg, tokenizer, cfg.name or cfg.path, tools)
     log.info("loaded %d prompts (%s)", len(dataset), cfg.name or cfg.path)
     return dataset
 
 
-def _drop_long(dataset: Dataset, cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase, source: Any) -> Dataset:
+def _drop_long(
+    dataset: Dataset, cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase, source: Any, tools: Sequence[Any] = ()
+) -> Dataset:
     before = len(dataset)
-    dataset = dataset.filter(lambda r: prompt_tokens(r["prompt"], tokenizer) <= cfg.max_prompt_tokens)
+    dataset = dataset.filter(lambda r: prompt_tokens(r["prompt"], tokenizer, tools) <= cfg.max_prompt_tokens)
     dropped = before - len(dataset)
     if dropped:
         log.warning("dropped %d of %d prompts longer than %d tokens", dropped, before, cfg.max_prompt_tokens)
@@ -209,11 +253,11 @@ def format_prompt(prompt: Any, cfg: DatasetSettings) -> Any:
     return [*system, {"role": "user", "content": prompt}]
 
 
-def prompt_tokens(prompt: Any, tokenizer: PreTrainedTokenizerBase) -> int:
-    """Tokens the model sees for ``prompt``, chat template included."""
+def prompt_tokens(prompt: Any, tokenizer: PreTrainedTokenizerBase, tools: Sequence[Any] = ()) -> int:
+    """Tokens the model sees for ``prompt``, chat template included, with the schemas of an agent's ``tools``."""
     if isinstance(prompt, str):
         return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    ids = tokenizer.apply_chat_template(prompt, tools=list(tools) or None, add_generation_prompt=True, tokenize=True)
     if isinstance(ids, dict) or hasattr(ids, "keys"):
         ids = ids["input_ids"]
     return len(ids)

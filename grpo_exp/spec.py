@@ -5,7 +5,7 @@ A composed config becomes a spec in five steps, each once:
 1. check: the schema's types (``loading``), then the ranges and the rules between keys (``checks``);
 2. derive: the batch that holds whole groups on the launch's processes;
 3. resolve: the model source (path and cache key), the data's columns;
-4. build: the reward functions, whose columns are checked against the data's;
+4. build: the reward functions, whose columns are checked against the data's, and the agent's tools;
 5. decide: the layout (device, precision, processes), from torch, and what it rules out. Last, so
    a bad config is refused before torch is imported.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_exp import data, hardware, models
+from grpo_exp.agents.tools import Tool, build_tools
 from grpo_exp.config import batch, checks, layout
 from grpo_exp.config.layout import Layout
 from grpo_exp.config.schema import ExperimentConfig
@@ -35,6 +36,7 @@ class JobSpec:
     rewards: tuple[WeightedReward, ...]
     weights: tuple[float, ...]
     groups: tuple[int, ...]  # the group sizes an adaptive run may choose from (empty when it is off)
+    tools: tuple[Tool, ...]  # what the model may call during its rollouts, time-limited (empty: no agent)
     warnings: tuple[str, ...]  # the article's advice that does not stop a run
 
 
@@ -48,11 +50,14 @@ def build_spec(settings: ExperimentConfig) -> JobSpec:
     model = models.resolve(settings.model)
     columns = data.check_dataset(settings.dataset)
     rewards, weights = build_rewards(settings.reward)
+    tools = build_tools(settings.agent)
+    if tools and not settings.dataset.chat:
+        raise UserError("agent.tools need chat prompts (TRL renders the tools into them): set dataset.chat=true")
     if columns is not None:
         _check_columns(rewards, columns, settings.dataset.name or settings.dataset.path)
     where = layout.decide(settings)  # last: the config is sound before torch is asked about the machine
     warnings += [*where.notes, *layout.check_hardware(settings, where)]
-    return JobSpec(settings, where, model, tuple(rewards), tuple(weights), groups, tuple(warnings))
+    return JobSpec(settings, where, model, tuple(rewards), tuple(weights), groups, tuple(tools), tuple(warnings))
 
 
 def _check_columns(rewards: list[WeightedReward], columns: set[str], source: str | None) -> None:

@@ -61,7 +61,13 @@ def test_num_samples_takes_the_first_prompts(tokenizer):
 
 
 def test_shipped_sets_are_listed():
-    assert builtin_names() == ["code_generation", "content_creation", "customer_service"]
+    assert builtin_names() == [
+        "code_generation",
+        "content_creation",
+        "customer_service",
+        "gsm8k_sample",
+        "support_agent",
+    ]
 
 
 def test_prompt_field_other_than_prompt(tmp_path, tokenizer):

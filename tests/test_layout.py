@@ -47,14 +47,15 @@ def test_long_modules_say_why():
 
 
 # Each layer and the layers it may import from (besides itself and the base modules), bottom up.
-BASE = {"errors", "registry", "cache", "hardware", "shipped", "folder", "quiet"}
-DOMAIN = {"rewards", "sandbox", "models", "data"}
+BASE = {"errors", "registry", "cache", "hardware", "shipped", "folder", "quiet", "user_code", "deadline"}
+DOMAIN = {"rewards", "sandbox", "models", "data", "agents"}
 MAY_IMPORT = {
     "config": set(),
     "sandbox": set(),
-    "rewards": {"config", "sandbox"},
-    "models": {"config"},
-    "data": {"config"},
+    "agents": {"config"},
+    "rewards": {"config", "sandbox", "agents"},  # the tool-call part checks a call against the tool's signature
+    "models": {"config", "agents"},  # the embedded model's agent warm-up calls the shipped tools
+    "data": {"config", "rewards"},  # a verifiable dataset's references are checked by their verifier (rewards/math.py)
     "spec": {"config", *DOMAIN},  # the job spec combines the config with the model, the data and the rewards
     "memory": {"config", "spec", *DOMAIN},  # plans a spec's memory; reads the tiny model's recipe
     "tracking": {"config", "rewards"},  # the monitor reads the solved shares the rewards log (rewards/solved.py)

@@ -43,6 +43,7 @@ SKIPPED = {
     "python run.py -m model=qwen2_5_0_5b_instruct": "downloads a model from the hub (and wants a GPU)",
     "python run.py model=mistral_7b_instruct": "a 7B model in 4 bits: needs a CUDA GPU and the hub",
     "python run.py dataset=hub": "downloads a dataset from the hub",
+    "python run.py +recipe=math_gsm8k": "GSM8K and Qwen2.5-1.5B from the hub, and a GPU",
     "pip install": "installs an optional extra from the package index (the network)",
     "'sweep=$(ls'": "shell variable for the dashboard commands below, which need a W&B server or login",
     "python -m grpo_exp.dashboard": "needs a finished sweep and a W&B login (tests/test_dashboard.py runs it offline)",

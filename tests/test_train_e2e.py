@@ -16,8 +16,8 @@ from tests.conftest import ROOT
 STEPS = 40
 
 
-def run_training(out: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+def run_training(out: Path, *overrides: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")} | (env or {})
     command = [sys.executable, "run.py", f"hydra.run.dir={out}", "logger.mode=offline", *overrides]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 

@@ -114,6 +114,7 @@ RANGES: dict[str, Bound] = {
     "probe.prompts": COUNT,
     "probe.generation_batch": COUNT,
     "reward.timeout_s": NON_NEGATIVE,
+    "agent.tool_timeout_s": NON_NEGATIVE,
     "adaptive.interval": COUNT,
     "adaptive.samples_per_prompt": Bound(
         2, why="adaptive.samples_per_prompt={value}: a success rate needs at least 2 samples"

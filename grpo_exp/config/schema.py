@@ -75,6 +75,8 @@ class TinyRecipe:
     cover_share: float = 0.5
     topic_share: float = 1.0
     correct_share: float = 0.3
+    tool_share: float = 0.3
+    fact_share: float = 0.5
     writing_chars: int = 150
     writing_share: float = 0.0
     seed: int = 0
@@ -115,6 +117,8 @@ class DatasetSettings:
     eval_fraction: float = 0.1
     eval_path: str | None = None
     split_seed: int = 0
+    reference_field: str | None = None  # the field holding a record's verifiable answer (reward=math); None: none
+    reference_marker: str | None = None  # the answer is the text after the field's last marker; None: all of it
 
 
 @dataclass
@@ -252,6 +256,14 @@ class MonitorSettings:
     remedy: RemedySettings = field(default_factory=RemedySettings)
 
 
+@dataclass
+class AgentSettings:
+    """Tools the model may call during its rollouts (grpo_exp/agents/tools.py); none: single-turn replies."""
+
+    tools: list[str] = field(default_factory=list)
+    tool_timeout_s: float = 10.0  # 0: no limit
+
+
 class LoggerBackend(StrEnum):
     wandb = "wandb"
     trackio = "trackio"
@@ -310,6 +322,7 @@ class ExperimentConfig:
     model: ModelSettings = field(default_factory=ModelSettings)
     dataset: DatasetSettings = field(default_factory=DatasetSettings)
     reward: RewardSettings = field(default_factory=RewardSettings)
+    agent: AgentSettings = field(default_factory=AgentSettings)
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     grpo: GrpoSettings = field(default_factory=GrpoSettings)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)

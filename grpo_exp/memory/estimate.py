@@ -273,7 +273,7 @@ class _Sizes:
             notes.append(
                 "DeepSpeed bf16: 16-bit weights and gradients on the GPU, fp32 master weights and states sharded"
             )
-        prompt = longest_prompt(cfg.dataset, cfg.model)
+        prompt = longest_prompt(cfg.dataset, cfg.model, cfg.agent.tools)
         notes.append(f"prompts: {prompt.tokens} tokens, the {prompt.source}")
         acts = activations(arch.config, residual_mode(weight_bytes, target))
         if not acts.source.startswith("cached"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,10 @@ class PromptLength:
     source: str  # what the length was taken from
 
 
-def longest_prompt(dataset: DatasetSettings, model: ModelSettings) -> PromptLength:
-    """The padded prompt length a job's batches reach (at most ``dataset.max_prompt_tokens``)."""
+def longest_prompt(dataset: DatasetSettings, model: ModelSettings, tools: Sequence[str] = ()) -> PromptLength:
+    """The padded prompt length a job's batches reach (at most ``dataset.max_prompt_tokens``), the schemas
+    of an agent's ``tools`` (``agent.tools``) included: TRL renders them into every prompt. The turns after
+    the first (tool calls, the tools' replies) count in ``grpo.max_completion_length``, as TRL counts them."""
     cap = dataset.max_prompt_tokens
     files = _data_files(dataset)
     if not files:
@@ -47,12 +50,12 @@ def longest_prompt(dataset: DatasetSettings, model: ModelSettings) -> PromptLeng
     if tokenizer is None:
         return PromptLength(cap, f"dataset.max_prompt_tokens={cap} (no tokenizer of {model.name_or_path} here)")
     names = ", ".join(path.name for path in files)
-    path = cache_root() / CACHE_DIR / f"{_key(dataset, files, tokenizer)}.json"
+    path = cache_root() / CACHE_DIR / f"{_key(dataset, files, tokenizer, tools)}.json"
     try:
         return PromptLength(int(json.loads(path.read_text(encoding="utf-8"))["tokens"]), f"longest prompt of {names}")
     except (OSError, ValueError, KeyError):
         pass
-    tokens = _count(dataset, files, tokenizer)
+    tokens = _count(dataset, model, files, tokenizer, tools)
     if tokens is None:  # every prompt is too long: the job refuses that itself
         return PromptLength(cap, f"dataset.max_prompt_tokens={cap} (no prompt of {names} is within it)")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,20 +102,23 @@ def _hub_snapshot(repo: str) -> Path | None:
     return found[-1].parent if found else None
 
 
-def _key(dataset: DatasetSettings, files: list[Path], tokenizer: Path) -> str:
+def _key(dataset: DatasetSettings, files: list[Path], tokenizer: Path, tools: Sequence[str]) -> str:
     stamp = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
     stamp += [(str(p), p.stat().st_mtime_ns) for p in (tokenizer / n for n in TOKENIZER_FILES) if p.is_file()]
     fields = {k: getattr(dataset, k) for k in PROMPT_SETTINGS}
-    return hashlib.sha256(json.dumps([stamp, fields], default=str).encode()).hexdigest()[:20]
+    return hashlib.sha256(json.dumps([stamp, fields, list(tools)], default=str).encode()).hexdigest()[:20]
 
 
-def _count(dataset: DatasetSettings, files: list[Path], tokenizer: Path) -> int | None:
+def _count(
+    dataset: DatasetSettings, model: ModelSettings, files: list[Path], tokenizer: Path, tools: Sequence[str]
+) -> int | None:
     """The longest prompt within the cap, counted as ``grpo_exp.data`` filters them."""
-    from transformers import AutoTokenizer
-
+    from grpo_exp.agents.tools import resolve_tool
     from grpo_exp.data import format_prompt, prompt_tokens
+    from grpo_exp.models import load_tokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(tokenizer))
+    tok = load_tokenizer(model, str(tokenizer))
+    schemas = [resolve_tool(spec) for spec in tools]
     lengths: list[int] = []
     for number, path in enumerate(files):
         records: list[dict[str, Any]] = read_records(path)
@@ -120,6 +126,6 @@ def _count(dataset: DatasetSettings, files: list[Path], tokenizer: Path) -> int 
             records = records[: dataset.num_samples]
         for record in records:
             if dataset.prompt_field in record:
-                lengths.append(prompt_tokens(format_prompt(record[dataset.prompt_field], dataset), tok))
+                lengths.append(prompt_tokens(format_prompt(record[dataset.prompt_field], dataset), tok, schemas))
     within = [n for n in lengths if n <= dataset.max_prompt_tokens]
     return max(within) if within else None

@@ -38,6 +38,8 @@ class Source(Protocol):
 
     def prepare(self, cfg: ModelSettings) -> str: ...
 
+    def tokenizer(self, cfg: ModelSettings, path: str) -> Any: ...
+
 
 SOURCES: Registry[Source] = Registry("model.source")
 
@@ -65,6 +67,13 @@ class _Tiny:
         assert cfg.recipe is not None  # resolve() said so in the preflight
         return str(ensure_built(cfg.recipe))
 
+    def tokenizer(self, cfg: ModelSettings, path: str) -> Any:
+        """The tokenizer exactly as built: AutoTokenizer would take the Qwen2 class from the model's config
+        and put Qwen2's pre-tokenizer in place of the one the warm-up trained with."""
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(path)
+
 
 class _Pretrained:
     """A hub id or a local folder, loaded as it is."""
@@ -74,6 +83,11 @@ class _Pretrained:
 
     def prepare(self, cfg: ModelSettings) -> str:
         return cfg.name_or_path
+
+    def tokenizer(self, cfg: ModelSettings, path: str) -> Any:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
 
 
 SOURCES.register("tiny")(_Tiny())
@@ -148,9 +162,7 @@ def keep_adapter_dtype(model: Any, layout: Layout) -> int:
 
 def load_tokenizer(cfg: ModelSettings, path: str) -> Any:
     """The tokenizer at ``path``, with a padding token (the end-of-sequence one when it has none)."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+    tokenizer = SOURCES.get(cfg.source).tokenizer(cfg, path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

@@ -1,7 +1,8 @@
 """The embedded default model, built offline: no hub, no GPU, about two minutes of a laptop CPU, once.
 
-Recipe: a byte-level BPE tokenizer trained on the shipped text, with a ChatML chat template (the
-one Qwen uses) so chat prompts go through the same ``apply_chat_template`` path as real models;
+Recipe: a byte-level BPE tokenizer trained on the shipped text, with Qwen3's chat template (ChatML,
+and tool calls in ``<tool_call>`` tags), so chat prompts go through the same ``apply_chat_template``
+path as real models and TRL parses the embedded model's tool calls as it parses Qwen's;
 a small Qwen2-architecture model; a short supervised warm-up on replies composed by
 ``warmup.build_corpus``. The result is saved with ``save_pretrained`` under a cache folder named by
 a hash of the recipe and the shipped files, so it is built once and loaded like any hub model.
@@ -12,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import hashlib
+import importlib.util
 import json
 import logging
 import shutil
@@ -22,23 +25,24 @@ from pathlib import Path
 
 from grpo_exp.cache import cache_root
 from grpo_exp.config.schema import TinyRecipe
-from grpo_exp.models.warmup import Example, build_corpus, corpus_files
+from grpo_exp.models.examples import Example
+from grpo_exp.models.warmup import build_corpus, corpus_files
 from grpo_exp.shipped import shipped_file
 
 log = logging.getLogger(__name__)
 
 # Bump when the build code changes in a way the recipe does not capture.
-BUILDER_VERSION = 3  # 2: the warm-up runs on BUILD_THREADS threads; 3: batches mix scenarios
+BUILDER_VERSION = 4  # 2: the warm-up runs on BUILD_THREADS threads; 3: batches mix scenarios; 4: Qwen3's template
 # The warm-up's weights depend on torch's thread count (the order of its float sums), so the
 # build pins it: the same model whichever job (`threads=1` in a parallel sweep) or machine builds it.
 BUILD_THREADS = 2
 PAD, BOS, EOS = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+# Qwen3's chat template, as TRL ships it: TRL knows how to parse the tool calls of models that use it
+# (``add_response_schema``). Without tools it renders prompts exactly as plain ChatML does.
+TEMPLATE_FILE = ("chat_templates", "qwen3.jinja")
+# What an agent copies from a request into a call, token by token: each digit, and the letters that
+# start a number (the SO of order SO3196).
+COPIED = r"[A-Z]+(?=\d)|\d"
 LOSS_IGNORE = -100
 SFT_LOG_EVERY = 50
 
@@ -48,9 +52,19 @@ def recipe_key(recipe: TinyRecipe) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps(dataclasses.asdict(recipe), sort_keys=True).encode())
     digest.update(f"builder={BUILDER_VERSION}".encode())
+    digest.update(chat_template().encode())
     for name in corpus_files(recipe):
         digest.update(shipped_file(name).read_bytes())
     return digest.hexdigest()[:12]
+
+
+@functools.cache
+def chat_template() -> str:
+    """Qwen3's chat template, read from the installed TRL without importing it (the preflight keys the
+    cache by it, before anything heavy loads)."""
+    spec = importlib.util.find_spec("trl")
+    assert spec is not None and spec.submodule_search_locations, "trl is a dependency"
+    return Path(spec.submodule_search_locations[0]).joinpath(*TEMPLATE_FILE).read_text(encoding="utf-8")
 
 
 def cache_path(key: str) -> Path:
@@ -133,7 +147,7 @@ def train_tokenizer(corpus: list[Example], vocab_size: int):  # -> PreTrainedTok
     from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.pre_tokenizer = _pre_tokenizer(agent=any(ex.tools for ex in corpus))
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -141,14 +155,36 @@ def train_tokenizer(corpus: list[Example], vocab_size: int):  # -> PreTrainedTok
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    core.train_from_iterator((text for ex in corpus for text in (ex.prompt, ex.reply)), trainer)
+    texts = [text for ex in corpus for text in ex.texts()]
+    agents = [ex for ex in corpus if ex.tools]
+    if agents:  # the chat template's tool preamble, as often as the model reads it, so it merges into few tokens
+        texts += [tool_frame(agents[0])] * len(agents)
+    core.train_from_iterator(texts, trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=core,
         bos_token=BOS,
         eos_token=EOS,
         pad_token=PAD,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template(),
         padding_side="left",
+    )
+
+
+def _pre_tokenizer(agent: bool):
+    """Byte-level words as GPT-2 splits them; for an agent, identifiers cut into their letters and single
+    digits and the rest merged freely: the template's tool preamble and a call's fixed JSON become a
+    few tokens each, and any order number is the same tokens wherever it stands, so the model can copy
+    it into a call digit after digit, the letters before it its anchor in the request (without one,
+    a 1M-parameter model copied five digits right in 2 % of its calls)."""
+    from tokenizers import Regex, pre_tokenizers
+
+    if not agent:
+        return pre_tokenizers.ByteLevel(add_prefix_space=False)
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(COPIED), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
     )
 
 
@@ -195,12 +231,46 @@ def _batch(rows: list[tuple[list[int], list[int]]], budget: int, generator) -> l
 
 
 def _encode(tokenizer, example: Example) -> tuple[list[int], list[int]]:
+    """Token ids and labels (the model's own turns learned, the rest masked) laid out as TRL lays out a
+    rollout: the prompt, the first turn, for an agent the tool's reply after it, then the final turn."""
     prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": example.prompt}], add_generation_prompt=True, tokenize=False
+        [{"role": "user", "content": example.prompt}],
+        tools=list(example.tools) or None,
+        add_generation_prompt=True,
+        tokenize=False,
     )
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    reply_ids = tokenizer(example.reply + EOS, add_special_tokens=False)["input_ids"]
-    return prompt_ids + reply_ids, [LOSS_IGNORE] * len(prompt_ids) + reply_ids
+    pieces = [(prompt, False)]
+    if example.call is not None:
+        pieces += [(call_turn(example.call) + EOS, True), (tool_suffix(example.tool_reply or ""), False)]
+    pieces.append((example.reply + EOS, True))
+    ids: list[int] = []
+    labels: list[int] = []
+    for text, learned in pieces:
+        piece = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids += piece
+        labels += piece if learned else [LOSS_IGNORE] * len(piece)
+    return ids, labels
+
+
+def call_turn(call: str) -> str:
+    """A turn that calls a tool, as Qwen's template writes one (``call``: the JSON of name and arguments)."""
+    return f"<tool_call>\n{call}\n</tool_call>"
+
+
+def tool_suffix(reply: str) -> str:
+    """What TRL appends after a turn that called a tool: the tool's reply, then the next assistant turn's
+    start (``GRPOTrainer._get_tool_suffix_ids`` under this template; tests/test_agent.py holds them equal)."""
+    return f"\n{BOS}user\n<tool_response>\n{reply}\n</tool_response>{EOS}\n{BOS}assistant\n"
+
+
+def tool_frame(example: Example) -> str:
+    """The template's text around an agent's conversation (its tool preamble), for the tokenizer to learn."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    renderer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()), chat_template=chat_template())
+    messages = [{"role": "user", "content": example.prompt}]
+    return renderer.apply_chat_template(messages, tools=list(example.tools), add_generation_prompt=True, tokenize=False)
 
 
 def _pad(rows: list[tuple[list[int], list[int]]], pad_id: int):

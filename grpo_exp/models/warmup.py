@@ -24,11 +24,13 @@ import json
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from grpo_exp.config.schema import TinyRecipe
 from grpo_exp.models.code_variants import wrong_variant
+from grpo_exp.models.examples import Example
+from grpo_exp.models.warmup_agent import support_agent
+from grpo_exp.models.warmup_math import math_replies
 from grpo_exp.shipped import read_records, shipped_file
 
 FRAGMENTS = "warmup/customer_service_replies.json"
@@ -38,13 +40,6 @@ POLITE_SHARE = 0.3
 FORMAT_SLOTS = 3
 # Fillings tried per fitted writing reply; the one ending nearest the length asked for wins.
 FIT_TRIES = 8
-
-
-@dataclass(frozen=True)
-class Example:
-    scenario: str
-    prompt: str
-    reply: str
 
 
 def corpus_files(recipe: TinyRecipe) -> list[str]:
@@ -159,4 +154,6 @@ _SCENARIOS: dict[str, tuple[tuple[str, ...], Builder]] = {
     "customer_service": (("customer_service.jsonl", FRAGMENTS), _customer_service),
     "content_creation": (("content_creation.jsonl", PASSAGES), _content_creation),
     "code_generation": (("code_generation.jsonl",), _code_generation),
+    "support_agent": (("support_agent.jsonl", "agents/orders.jsonl"), support_agent),
+    "math": (("gsm8k_sample.jsonl",), math_replies),
 }

@@ -64,12 +64,18 @@ def probe(spec: JobSpec) -> dict[str, Any]:
     _seed(settings.seed, settings.threads)
     with library_bars_off():  # the probe's table is the output
         model, tokenizer = models.load(settings.model, models.model_path(settings.model), spec.layout)
-        prompts = data.load_splits(settings.dataset, tokenizer)[0]
+        prompts = data.load_splits(settings.dataset, tokenizer, spec.tools)[0]
     if spec.layout.gpu and not settings.model.quantization.load_in_4bit:
         model = model.to(f"cuda:{spec.layout.local_rank}")
     rows = [prompts[i] for i in sample_rows(len(prompts), settings.probe.prompts, settings.seed)]
     sampler = Sampler(
-        model, tokenizer, list(spec.rewards), list(spec.weights), settings.grpo, settings.probe.generation_batch
+        model,
+        tokenizer,
+        list(spec.rewards),
+        list(spec.weights),
+        settings.grpo,
+        settings.probe.generation_batch,
+        spec.tools,
     )
     sampled = sampler.sample(rows, samples, step=None)
     cut = [s.truncated for s in sampled]

@@ -1,8 +1,7 @@
 """Compare the jobs of a sweep: a ranked table, a few plots and a short verdict, from files on disk.
 
-Works offline on what the jobs left in ``outputs/multirun/<date>/<time>/<n>/`` (or in a single run
-folder), read by ``grpo_exp.report.sweep``; damaged or missing files become notes in the report,
-never a crash.
+Works offline on what the jobs left in ``outputs/multirun/<date>/<time>/<n>/`` (or in a single run folder),
+read by ``grpo_exp.report.sweep``; damaged or missing files become notes in the report, never a crash.
 
     python -m grpo_exp.report outputs/multirun/2026-11-29/18-00-00 [--out DIR] [--objective final_reward]
 
@@ -58,14 +57,15 @@ RESULT_COLUMNS = (
     ("max_kl", "max KL", "{:.3f}"),
     ("steps_above_kl_threshold", "steps KL > threshold", "{:.0f}"),
     ("frac_reward_zero_std", "zero-std groups", "{:.0%}"),
+    ("tool_call_frequency", "tool calls per rollout", "{:.2f}"),  # an agent's (TRL's tools/... metrics)
+    ("tool_failure_frequency", "failed tool calls", "{:.0%}"),
     ("steps", "steps", "{:.0f}"),
     ("wall_time_s", "wall time (s)", "{:.0f}"),
 )
 
 
-# Columns only a sweep with held-out evaluations fills (the base one: evaluations before the first
-# step, grpo.eval_on_start); left out of the table and CSV otherwise.
-EVAL_COLUMNS = frozenset({"base_eval_reward", "final_eval_reward", "best_eval_reward"})
+# Columns only a sweep with held-out evaluations (base: grpo.eval_on_start) or of agents fills; else left out.
+OPTIONAL_COLUMNS = frozenset(key for key, _, _ in RESULT_COLUMNS if "eval" in key or key.startswith("tool_"))
 
 
 # ---------------------------------------------------------------------------------------- verdict
@@ -352,8 +352,8 @@ def _notes(sweep: Sweep) -> list[str]:
 
 
 def _result_keys(sweep: Sweep) -> list[str]:
-    filled = {key for key in EVAL_COLUMNS if any(job.value(key) is not None for job in sweep.jobs)}
-    keys = [key for key, _, _ in RESULT_COLUMNS if key in filled or key not in EVAL_COLUMNS]
+    filled = {key for key in OPTIONAL_COLUMNS if any(job.value(key) is not None for job in sweep.jobs)}
+    keys = [key for key, _, _ in RESULT_COLUMNS if key in filled or key not in OPTIONAL_COLUMNS]
     return keys if sweep.objective in keys else [*keys, sweep.objective]
 
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from grpo_exp.config.schema import OnTimeout, RewardPart, RewardSettings
+from grpo_exp.deadline import Expired, within
 from grpo_exp.errors import UserError
 from grpo_exp.rewards import registry
 from grpo_exp.rewards.solved import SolvedTally, group_bounds
@@ -108,35 +108,21 @@ class WeightedReward:
             return self.fn(prompts=prompts, completions=completions, **kwargs, **self.params)
         if self.style is CallStyle.ARTICLE:
             return self.fn([completion_text(c) for c in completions])
-        texts = [completion_text(c) for c in completions]
-        return self.fn(texts, prompts=prompts, **{**kwargs, **self.params})
+        given = completions if self.spec in registry.MESSAGE_PARTS else [completion_text(c) for c in completions]
+        return self.fn(given, prompts=prompts, **{**kwargs, **self.params})
 
     def _within_limit(self, call: Callable[[], Any]) -> Any:
         """The part's scores, or None when the call outlives ``timeout_s`` (``on_timeout: skip``).
 
-        The call runs in a thread of its own, so the training process keeps control: a stop signal
-        is handled, and the job goes on without the part's scores for that batch. Python can't stop
-        the thread: a call that never returns is left behind, a daemon that doesn't hold up the exit."""
-        if not self.timeout_s:
-            return call()
-        done, outcome = threading.Event(), {}
-
-        def run() -> None:
-            try:
-                outcome["scores"] = call()
-            except BaseException as exc:  # handed to the caller, as if it had called the part itself
-                outcome["error"] = exc
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name=f"reward-{self.__name__}", daemon=True).start()
-        if done.wait(self.timeout_s):
-            if "error" in outcome:
-                raise outcome["error"]
-            return outcome["scores"]
+        The call runs in a thread of its own (``grpo_exp.deadline``), so the training process keeps
+        control: a stop signal is handled, and the job goes on without the part's scores for that batch."""
+        try:
+            return within(call, self.timeout_s, f"reward-{self.__name__}")
+        except Expired:
+            pass
         where = f"reward part {self.__name__!r} ({self.spec}) took over {self.timeout_s:g} s"
         if self.on_timeout is OnTimeout.fail:
-            raise UserError(f"{where}; raise reward.timeout_s (0: no limit) or make the call return")
+            raise UserError(f"{where}; raise reward.timeout_s (0: no limit) or make the call return") from None
         log.warning("%s: no %s scores for this batch (reward.on_timeout=skip)", where, self.__name__)
         return None
 

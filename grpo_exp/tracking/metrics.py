@@ -28,6 +28,9 @@ EVAL_PREFIX = "eval/"
 EVAL_REWARD = EVAL_PREFIX + "reward"
 # First and last "tenth" of the logged steps, as the acceptance criterion reads; never fewer than one.
 EDGE_FRACTION = 0.1
+# What TRL logs for an agent: tool calls per rollout, and the share of calls that raised or timed out.
+TOOL_CALLS = "tools/call_frequency"
+TOOL_FAILURES = "tools/failure_frequency"
 # The row monitor.stop_when_solved writes when it ends a run early (callbacks.SolvedStop): its step.
 STOPPED_SOLVED = "stopped_solved"
 
@@ -134,6 +137,19 @@ def summarize(logged: list[dict[str, Any]], kl_threshold: float) -> dict[str, An
         "frac_reward_zero_std": _mean(_series(rows, "frac_reward_zero_std")),
         "parts": {k.split("/")[1]: _mean(_series(rows, k)[-edge:]) for k in per_part},
         **({"stage": int(stages[-1])} if (stages := _series(rows, "stage")) else {}),  # staged rewards only
+        **_tool_use(rows, edge),
+    }
+
+
+def _tool_use(rows: list[dict[str, Any]], edge: int) -> dict[str, float | None]:
+    """An agent's tool calls per rollout and the share that failed, over the last tenth of steps (TRL's
+    ``tools/call_frequency`` and ``tools/failure_frequency``); nothing for a job without tools."""
+    calls = _series(rows, TOOL_CALLS)
+    if not calls:
+        return {}
+    return {
+        "tool_call_frequency": _mean(calls[-edge:]),
+        "tool_failure_frequency": _mean(_series(rows, TOOL_FAILURES)[-edge:]),
     }
 
 

@@ -27,6 +27,14 @@ def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | Non
                 f"({summary['steps_above_kl_threshold']} steps above the alarm)",
             )
         )
+    if summary.get("tool_call_frequency") is not None:  # an agent's tools
+        rows.append(
+            (
+                "tools",
+                f"{summary['tool_call_frequency']:.2f} calls per rollout, "
+                f"{summary['tool_failure_frequency']:.0%} of them failed (last tenth of steps)",
+            )
+        )
     alerts = summary.get("alerts") or []
     rows.append(("alerts", ", ".join(f"{a['kind']} (step {a['step']})" for a in alerts) or "none"))
     for r in summary.get("rollbacks") or []:  # monitor.on_collapse=rollback

@@ -1,7 +1,8 @@
 """Sampling and scoring prompts with the current policy, outside the trainer.
 
 The completions are drawn like TRL's GRPOTrainer draws them (chat template with the generation
-prompt, left padding, the ``grpo`` group's sampling settings) and scored by the job's own reward
+prompt, left padding, the ``grpo`` group's sampling settings; an agent's through its tool calls,
+``agents.rollout``) and scored by the job's own reward
 parts, summed with their weights as TRL sums them (a part that returns None is left out). The
 adaptive profile needs only the totals; the reward probe (grpo_exp/plan/probe.py) also reads each
 part's scores, the completions' lengths and whether they were cut at ``grpo.max_completion_length``.
@@ -11,10 +12,13 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from grpo_exp.agents.rollout import continue_with_tools
+from grpo_exp.agents.tools import Tool
 from grpo_exp.config.schema import GrpoSettings
 from grpo_exp.rewards.compose import WeightedReward, completion_text
 
@@ -41,6 +45,7 @@ class Sampler:
     weights: list[float]
     grpo: GrpoSettings
     batch: int  # prompts per generate call
+    tools: Sequence[Tool] = ()  # an agent's tools: each completion goes on through its tool calls, as in TRL
 
     def scores(self, rows: list[dict[str, Any]], samples: int, step: int) -> list[list[float]]:
         """The total reward of ``samples`` completions for each row (a dataset record with its ``prompt``)."""
@@ -73,17 +78,31 @@ class Sampler:
         return sampled
 
     def _generate(self, prompts: list[Any], samples: int) -> tuple[list[Any], list[list[int]]]:
+        tok, grpo = self.tokenizer, self.grpo
+        encoded = [_prompt_ids(tok, p, self.tools) for p in prompts]
+        ids = self._continue(encoded, grpo.max_completion_length, samples)
+        if self.tools:
+            starts = [encoded[i // samples] for i in range(len(ids))]
+            limit, rounds = grpo.max_completion_length, grpo.max_tool_calling_iterations
+            return continue_with_tools(tok, self._continue, starts, ids, self.tools, limit, rounds)
+        texts = tok.batch_decode(ids, skip_special_tokens=True)
+        chat = not isinstance(prompts[0], str)
+        completions = [[{"role": "assistant", "content": t}] if chat else t for t in texts]
+        return completions, ids
+
+    def _continue(self, encoded: list[list[int]], max_new: int, samples: int = 1) -> list[list[int]]:
+        """``samples`` sampled continuations of each token sequence, up to ``max_new`` tokens, cut after the
+        end of sequence."""
         import torch
         from transformers import GenerationConfig
 
         tok, grpo = self.tokenizer, self.grpo
-        encoded = [_prompt_ids(tok, p) for p in prompts]
         width = max(len(ids) for ids in encoded)
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded])
         mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded])
         config = GenerationConfig(
-            max_new_tokens=grpo.max_completion_length,
+            max_new_tokens=max_new,
             do_sample=True,
             temperature=grpo.temperature,
             top_p=grpo.top_p,
@@ -100,11 +119,7 @@ class Sampler:
             out = self.model.generate(
                 input_ids=input_ids.to(device), attention_mask=mask.to(device), generation_config=config
             )
-        ids = [_until_eos(row.tolist(), tok.eos_token_id) for row in out[:, width:]]
-        texts = tok.batch_decode(ids, skip_special_tokens=True)
-        chat = not isinstance(prompts[0], str)
-        completions = [[{"role": "assistant", "content": t}] if chat else t for t in texts]
-        return completions, ids
+        return [_until_eos(row.tolist(), tok.eos_token_id) for row in out[:, width:]]
 
     def _score(
         self, rows: list[dict[str, Any]], samples: int, completions: list[Any], ids: list[list[int]], step: int | None
@@ -137,10 +152,10 @@ def sample_rows(size: int, limit: int | None, seed: int) -> list[int]:
     return sorted(random.Random(seed).sample(range(size), limit))
 
 
-def _prompt_ids(tokenizer: Any, prompt: Any) -> list[int]:
+def _prompt_ids(tokenizer: Any, prompt: Any, tools: Sequence[Tool] = ()) -> list[int]:
     if isinstance(prompt, str):
         return tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    ids = tokenizer.apply_chat_template(prompt, tools=list(tools) or None, add_generation_prompt=True, tokenize=True)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 

@@ -100,7 +100,7 @@ def build_trainer(
         torch.set_num_threads(settings.threads)
     path = models.model_path(settings.model)
     tokenizer = models.load_tokenizer(settings.model, path)
-    prompts, held_out = data.load_splits(settings.dataset, tokenizer)
+    prompts, held_out = data.load_splits(settings.dataset, tokenizer, spec.tools)
     args = grpo_config(
         settings,
         spec.layout,
@@ -122,6 +122,7 @@ def build_trainer(
             train_dataset=prompts if stage.prompts is None else stage.prompts,
             eval_dataset=held_out,
             peft_config=models.lora_config(settings.model),
+            tools=list(spec.tools) or None,
             callbacks=[
                 JobCallback(folder, monitor, finish=stage.final),
                 CheckpointSeal(monitor),

@@ -1,0 +1,98 @@
+"""An agent's rollout outside the trainer, as TRL's GRPOTrainer runs it (``_tool_call_loop``).
+
+The reward probe and the adaptive profile sample the policy without a trainer; for a job with tools
+they must see what training sees: the model's first turn parsed for tool calls, each call run and its
+result (or error) sent back as a ``tool`` message framed by the chat template, the model going on
+from there, up to ``grpo.max_tool_calling_iterations`` rounds, and every token of it, tool replies
+included, counted against ``grpo.max_completion_length``. Parsing and framing are TRL's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+Generate = Callable[[list[list[int]], int], list[list[int]]]  # (inputs, max new tokens) -> one continuation each
+
+
+def parse_turn(tokenizer: Any, ids: list[int], prefix: list[int], tools: Sequence[Any]) -> dict[str, Any]:
+    """The model's turn as a chat message, its tool calls parsed as TRL parses them."""
+    from trl.chat_template_utils import add_response_schema, parse_response
+
+    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+        add_response_schema(tokenizer)  # as GRPOTrainer does for the chat templates it knows
+    return parse_response(tokenizer, ids, prefix=prefix, tools=list(tools)) if ids else {}
+
+
+def run_calls(calls: list[dict[str, Any]], tools: Sequence[Callable[..., Any]]) -> list[dict[str, Any]]:
+    """The ``tool`` messages answering ``calls``: each tool's result, or ``{"error": ...}`` as TRL replies."""
+    by_name = {tool.__name__: tool for tool in tools}
+    replies = []
+    for call in calls:
+        function = call.get("function", {})
+        name = function.get("name", "unknown")
+        try:
+            if name not in by_name:
+                raise ValueError(f"Tool {name} not found.")
+            result: Any = by_name[name](**(function.get("arguments") or {}))
+        except Exception as exc:
+            result = {"error": str(exc)}
+        replies.append({"role": "tool", "name": name, "content": str(result)})
+    return replies
+
+
+def suffix_ids(tokenizer: Any, replies: list[dict[str, Any]]) -> list[int]:
+    """The tokens TRL appends after a turn that called tools: the replies, then the next turn's start.
+
+    TRL derives them from the chat template (``GRPOTrainer._get_tool_suffix_ids``, with its training
+    template where the model's own isn't prefix-preserving); the same method is called here so the
+    framing can't drift from what training shows the model."""
+    from trl import GRPOTrainer
+    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+
+    template = None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
+    trainer = SimpleNamespace(
+        processing_class=tokenizer, chat_template=template, _is_vlm=False, _tokenizer=tokenizer, chat_template_kwargs={}
+    )
+    return list(GRPOTrainer._get_tool_suffix_ids(trainer, replies))
+
+
+def continue_with_tools(
+    tokenizer: Any,
+    generate: Generate,
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    tools: Sequence[Callable[..., Any]],
+    max_tokens: int,
+    max_rounds: int | None,
+) -> tuple[list[list[dict[str, Any]]], list[list[int]]]:
+    """Each first turn (``completions``, after ``prompts``) taken through its tool calls: the messages of
+    every completion and all its tokens (tool replies included), at most ``max_tokens`` of them."""
+    ids = [list(c) for c in completions]
+    messages = [[parse_turn(tokenizer, c, p, tools)] for c, p in zip(ids, prompts, strict=True)]
+    pending = [i for i, m in enumerate(messages) if m[-1].get("tool_calls")]
+    rounds = 0
+    while pending and (max_rounds is None or rounds < max_rounds):
+        inputs, going = [], []
+        for i in pending:
+            replies = run_calls(messages[i][-1]["tool_calls"], tools)
+            extended = ids[i] + suffix_ids(tokenizer, replies)
+            if len(extended) > max_tokens:  # TRL drops a reply that would pass the limit and ends the rollout
+                continue
+            messages[i] += replies
+            ids[i] = extended
+            inputs.append(prompts[i] + extended)
+            going.append(i)
+        if not going:
+            break
+        turns = generate(inputs, max(max_tokens - len(ids[i]) for i in going))
+        for i, turn in zip(going, turns, strict=True):
+            turn = turn[: max_tokens - len(ids[i])]
+            parsed = parse_turn(tokenizer, turn, prompts[i] + ids[i], tools)
+            ids[i] += turn
+            if parsed:
+                messages[i].append(parsed)
+        pending = [i for i in going if messages[i][-1].get("tool_calls")]
+        rounds += 1
+    return messages, ids

@@ -1,0 +1,316 @@
+"""Reward parts for verifiable math: a reply's form (reasoning, then one final answer line) and
+whether that final answer equals the record's reference, as math-verify judges it.
+
+Why a helper process: math-verify bounds its own ``parse``/``verify`` calls with ``signal.alarm``,
+which works only in a process's main thread; grpo-exp calls reward parts in a thread of their own
+(``reward.timeout_s``), where math-verify refuses to run with a limit, and without one comparing a
+reply of ``$9^{9^{9}}$`` with 18 had not finished after 90 s. So every check runs in ``Checker``'s helper: one
+interpreter, started on first use and reused, that runs math-verify in its own main thread, so its
+alarm stops slow Python work; the trainer waits at most ``timeout_s`` for each answer and kills the
+helper (its whole process group) when none comes, work stuck in C included, then starts another
+for the next check. Importing this module is cheap: math-verify loads only in the helper.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import math
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from grpo_exp.errors import UserError
+from grpo_exp.rewards.registry import register
+
+STARTUP_S = 120.0  # a fresh helper imports sympy and math-verify (about 1 s; more on a loaded machine)
+GOLD_CACHE = 4096  # references the helper keeps parsed (a dataset's are few, and each is asked often)
+# A plain number, commas grouping thousands or none: it parses, so the reference check needs no helper.
+PLAIN_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+
+
+# -- the parts -----------------------------------------------------------------------------------
+
+
+@register("math_format", ceiling=1.0)
+def math_format(
+    completions: list[str], *, marker: str, answer_pattern: str, min_reasoning_chars: int, **_: Any
+) -> list[float]:
+    """1.0 for a reply of reasoning followed by exactly one final answer line, else 0.0.
+
+    The final line is ``marker`` then an answer matching ``answer_pattern`` (GSM8K: ``#### 72``);
+    the marker appears nowhere else, and at least ``min_reasoning_chars`` characters of reasoning
+    come before that line. A bare answer, an answer followed by more text, or a second marker fail.
+    """
+    final = re.compile(rf"{re.escape(marker)}[ \t]*(?:{answer_pattern})")
+    return [1.0 if _well_formed(c, marker, final, min_reasoning_chars) else 0.0 for c in completions]
+
+
+def _well_formed(reply: str, marker: str, final: re.Pattern[str], min_reasoning_chars: int) -> bool:
+    text = reply.strip()
+    reasoning, _, last = text.rpartition("\n")
+    return (
+        text.count(marker) == 1
+        and final.fullmatch(last.strip()) is not None
+        and len(reasoning.strip()) >= min_reasoning_chars
+    )
+
+
+@register("math_accuracy", ceiling=1.0)
+def math_accuracy(
+    completions: list[str], *, column: str, marker: str | None, timeout_s: float, **columns: Any
+) -> list[float | None]:
+    """1.0 where the reply's final answer equals the record's reference (math-verify), else 0.0.
+
+    The final answer is the rest of the line after the reply's last ``marker`` (None: math-verify
+    finds the answer in the whole reply); a reply without one scores 0.0, and so does one whose
+    check outlives ``timeout_s`` (an answer that can't be verified in time earns nothing). A record
+    without a reference (dataset column ``column``) is not scored: None.
+    """
+    if column not in columns:
+        raise KeyError(f"math_accuracy needs the dataset column {column!r}; columns: {sorted(columns)}")
+    checker = shared_checker()
+    scores: list[float | None] = []
+    for reply, reference in zip(completions, columns[column], strict=True):
+        if reference is None or not str(reference).strip():
+            scores.append(None)
+            continue
+        answer = final_answer(reply, marker)
+        if answer is None:
+            scores.append(0.0)
+            continue
+        verdict = checker.verify(str(reference), answer, timeout_s)
+        scores.append(None if verdict is None else float(verdict))
+    return scores
+
+
+def final_answer(reply: str, marker: str | None) -> str | None:
+    """The text of the line after the last ``marker`` (None: there is no marker, or nothing after it);
+    the whole reply when ``marker`` is None."""
+    if marker is None:
+        return reply if reply.strip() else None
+    if marker not in reply:
+        return None
+    answer = reply.rpartition(marker)[2].strip().split("\n", 1)[0].strip()
+    return answer or None
+
+
+def reference_after(text: Any, marker: str | None) -> str | None:
+    """A record's reference: the text after the last ``marker`` in ``text`` (all of it when ``marker`` is
+    None), stripped; None when ``text`` is missing. GSM8K's ``answer`` ends in ``#### 72``. Shared by
+    every dataset loader, so the hub's GSM8K and the shipped sample read it alike."""
+    if text is None:
+        return None
+    text = str(text)
+    if marker is None:
+        return text.strip()
+    return text.rpartition(marker)[2].strip() if marker in text else ""
+
+
+def reference_parses(reference: str, timeout_s: float = 5.0) -> bool:
+    """Whether math-verify parses ``reference`` into something it can compare (a plain number always does)."""
+    if PLAIN_NUMBER.fullmatch(reference.strip()):
+        return True
+    return bool(shared_checker().parses(reference, timeout_s))
+
+
+def check_references(
+    records: list[dict[str, Any]], field: str, marker: str | None, source: str, lines: list[int] | None = None
+) -> None:
+    """A one-line ``UserError`` naming the first record (and its line in ``source``) whose reference is
+    there but can't be compared: the marker is missing, nothing follows it, or math-verify can't parse
+    it. A record without ``field`` has no reference, and the accuracy part leaves it unscored."""
+    if not any(record.get(field) is not None for record in records):
+        raise UserError(f"{source}: no record has dataset.reference_field={field!r} (fields: {sorted(records[0])})")
+    for number, record in enumerate(records, 1):
+        if record.get(field) is None:
+            continue
+        reference = reference_after(record[field], marker)
+        if reference and reference_parses(reference):
+            continue
+        if marker is not None and marker not in str(record[field]):
+            why = f"its {field!r} has no {marker!r}"
+        elif not reference:
+            why = "its reference is empty"
+        else:
+            why = f"its reference {reference[:60]!r} does not parse as math (math-verify)"
+        where = f"record {number}" + (f" (line {lines[number - 1]})" if lines else "")
+        raise UserError(f"{source}: {where}: {why}; fix or remove the record")
+
+
+# -- the helper process ----------------------------------------------------------------------------
+
+
+class Checker:
+    """math-verify in a helper process: ``verify`` and ``parses`` with a hard time limit per call.
+
+    Thread-safe (one call at a time); the helper starts on first use, and after a kill on the next.
+    """
+
+    def __init__(self, argv: list[str] | None = None) -> None:
+        # -P: the current folder stays off the path (a user's math.py there must not shadow the standard one)
+        self.argv = argv or [sys.executable, "-P", "-c", "from grpo_exp.rewards.math import serve; serve()"]
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._buffer = b""
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self.restarts = 0  # helpers killed at a time limit (for tests and logs)
+
+    def verify(self, gold: str, answer: str, timeout_s: float) -> bool | None:
+        """Whether ``answer`` equals ``gold``; False when the check outlived ``timeout_s``; None when
+        ``gold`` does not parse."""
+        result = self._ask({"op": "verify", "gold": gold, "answer": answer}, timeout_s)
+        return False if result is TimeoutError else result
+
+    def parses(self, text: str, timeout_s: float) -> bool | None:
+        """Whether math-verify parses ``text`` into an expression (None: it took over ``timeout_s``)."""
+        result = self._ask({"op": "parse", "text": text}, timeout_s)
+        return None if result is TimeoutError else bool(result)
+
+    def close(self) -> None:
+        """Stop the helper (it also stops by itself when this process ends: its input closes)."""
+        with self._lock:
+            self._kill()
+
+    def _ask(self, request: dict[str, Any], timeout_s: float) -> Any:
+        if not timeout_s > 0:
+            raise UserError(f"math reward timeout_s={timeout_s}: give seconds above 0 (math-verify can hang)")
+        with self._lock:
+            proc = self._started()
+            self._next_id += 1
+            request = {**request, "id": self._next_id, "alarm_s": max(1, math.ceil(timeout_s) - 1)}
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(json.dumps(request).encode() + b"\n")
+                proc.stdin.flush()
+                reply = self._read_line(time.monotonic() + timeout_s)
+            except (BrokenPipeError, OSError):
+                reply = None
+            if reply is None or json.loads(reply).get("id") != request["id"]:
+                self._kill()  # stuck (or gone): the next call starts a fresh helper
+                self.restarts += 1
+                return TimeoutError
+            return json.loads(reply)["result"]
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        self._kill()
+        root = str(Path(__file__).resolve().parents[2])  # the folder holding grpo_exp
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        self._proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # math-verify logs each timeout; the score says it already
+            env=env,
+            start_new_session=True,  # its own process group, killed whole
+        )
+        line = self._read_line(time.monotonic() + STARTUP_S)
+        hello = json.loads(line) if line else {"error": f"no answer within {STARTUP_S:g} s"}
+        if "error" in hello:
+            self._kill()
+            raise UserError(f"the math reward's checker did not start: {hello['error']}")
+        return self._proc
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        """The helper's next line, or None at ``deadline`` or when it has exited."""
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def _kill(self) -> None:
+        proc, self._proc, self._buffer = self._proc, None, b""
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):  # it ended just now
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+_shared: Checker | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_checker() -> Checker:
+    """The process's one checker (its helper is reused by every call and stopped at exit)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = Checker()
+            atexit.register(_shared.close)
+        return _shared
+
+
+# -- inside the helper -----------------------------------------------------------------------------
+
+
+def serve() -> None:
+    """The helper's loop: one JSON request per line on stdin, one JSON answer per line on stdout.
+
+    The answers get a copy of stdout of their own, and stdout itself goes where stderr goes, so
+    nothing a library prints can break the exchange."""
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    try:
+        from math_verify import parse, verify
+    except ImportError as exc:
+        _say(answers, {"error": f"math-verify is not installed ({exc}): pip install math-verify"})
+        return
+    golds: dict[str, list[Any]] = {}
+    _say(answers, {"ready": True})
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            result = judge(request, parse, verify, golds)
+        except Exception:  # math-verify gives up on odd input by returning; anything else is a failed check
+            result = False
+        _say(answers, {"id": request["id"], "result": result})
+
+
+def judge(request: dict[str, Any], parse: Any, verify: Any, golds: dict[str, list[Any]]) -> bool | None:
+    """One request, with math-verify's own alarm (``alarm_s``, whole seconds) on each call."""
+    alarm = request["alarm_s"]
+    if request["op"] == "parse":
+        return _comparable(parse(request["text"], parsing_timeout=alarm))
+    gold_text = request["gold"]
+    if gold_text not in golds:
+        if len(golds) >= GOLD_CACHE:
+            golds.clear()
+        golds[gold_text] = parse(gold_text, parsing_timeout=alarm)
+    gold = golds[gold_text]
+    if not _comparable(gold):
+        return None
+    answer = parse(request["answer"], parsing_timeout=alarm)
+    return bool(answer) and bool(verify(gold, answer, timeout_seconds=alarm))
+
+
+def _comparable(parsed: list[Any]) -> bool:
+    """math-verify's parse gives expressions, then the matched text as a fallback: only an expression counts."""
+    return any(not isinstance(item, str) for item in parsed)
+
+
+def _say(answers: Any, message: dict[str, Any]) -> None:
+    answers.write(json.dumps(message) + "\n")
+    answers.flush()
