@@ -42,12 +42,13 @@ def run_calls(calls: list[dict[str, Any]], tools: Sequence[Callable[..., Any]]) 
     return replies
 
 
-def suffix_ids(tokenizer: Any, replies: list[dict[str, Any]]) -> list[int]:
-    """The tokens TRL appends after a turn that called tools: the replies, then the next turn's start.
+def suffix_framer(tokenizer: Any) -> Callable[[list[dict[str, Any]]], list[int]]:
+    """The tokens TRL appends after a turn that called tools, as a function of the replies: the replies,
+    then the next turn's start.
 
     TRL derives them from the chat template (``GRPOTrainer._get_tool_suffix_ids``, with its training
     template where the model's own isn't prefix-preserving); the same method is called here so the
-    framing can't drift from what training shows the model."""
+    framing can't drift from what training shows the model. The template is settled once, here."""
     from trl import GRPOTrainer
     from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
 
@@ -55,7 +56,7 @@ def suffix_ids(tokenizer: Any, replies: list[dict[str, Any]]) -> list[int]:
     trainer = SimpleNamespace(
         processing_class=tokenizer, chat_template=template, _is_vlm=False, _tokenizer=tokenizer, chat_template_kwargs={}
     )
-    return list(GRPOTrainer._get_tool_suffix_ids(trainer, replies))
+    return lambda replies: list(GRPOTrainer._get_tool_suffix_ids(trainer, replies))
 
 
 def continue_with_tools(
@@ -72,12 +73,14 @@ def continue_with_tools(
     ids = [list(c) for c in completions]
     messages = [[parse_turn(tokenizer, c, p, tools)] for c, p in zip(ids, prompts, strict=True)]
     pending = [i for i, m in enumerate(messages) if m[-1].get("tool_calls")]
-    rounds = 0
+    if not pending:
+        return messages, ids
+    suffix_ids, rounds = suffix_framer(tokenizer), 0
     while pending and (max_rounds is None or rounds < max_rounds):
         inputs, going = [], []
         for i in pending:
             replies = run_calls(messages[i][-1]["tool_calls"], tools)
-            extended = ids[i] + suffix_ids(tokenizer, replies)
+            extended = ids[i] + suffix_ids(replies)
             if len(extended) > max_tokens:  # TRL drops a reply that would pass the limit and ends the rollout
                 continue
             messages[i] += replies

@@ -7,9 +7,10 @@ model's later turns. Each scores 1.0 or 0.0, so a part's mean is the share of re
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping, Sequence
-from typing import Any, get_type_hints
+from typing import Any
 
 from grpo_exp.rewards.registry import register
 
@@ -29,7 +30,7 @@ def tool_call(
     arguments: they bind to the tool's signature (``tools``: the job's ``agent.tools``), each has its
     hinted type and is not empty, and each argument named in ``expect`` (argument -> column) equals
     the record's value. A record without a tool to call is not scored (None)."""
-    signatures = _signatures(tools)
+    signatures = _signatures(tuple(tools))
     wanted = columns[tool_column]
     scores: list[float | None] = []
     for i, completion in enumerate(completions):
@@ -88,19 +89,12 @@ def final_reply(completion: Messages | str) -> str | None:
     return str(last.get("content") or "")
 
 
-def _signatures(specs: Sequence[str]) -> dict[str, inspect.Signature]:
+@functools.cache
+def _signatures(specs: tuple[str, ...]) -> dict[str, inspect.Signature]:
+    """Each tool's signature by name, its annotations evaluated (once per job's tools, not per batch)."""
     from grpo_exp.agents.tools import resolve_tool
 
-    signatures = {}
-    for spec in specs:
-        fn = resolve_tool(spec)
-        signatures[fn.__name__] = inspect.signature(fn).replace(
-            parameters=[
-                p.replace(annotation=get_type_hints(fn).get(p.name, p.annotation))
-                for p in inspect.signature(fn).parameters.values()
-            ]
-        )
-    return signatures
+    return {(fn := resolve_tool(spec)).__name__: inspect.signature(fn, eval_str=True) for spec in specs}
 
 
 def _valid(arguments: dict[str, Any], signature: inspect.Signature) -> bool:
