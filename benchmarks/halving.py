@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grpo_exp.folder import JobFolder  # noqa: E402
-from grpo_exp.job import halving  # noqa: E402
+from grpo_exp.sweep import halving  # noqa: E402
 
 COMMON = ["+sweep=group_size_lr_tiny", "logger=none", "+launcher=parallel"]
 SWEPT = ("grpo.num_generations", "optimizer.lr")

@@ -56,6 +56,10 @@ SEAL_FILE = "grpo_exp_state.json"
 DAMAGED_PREFIX = "damaged-"
 MULTIRUN_FILE = "multirun.yaml"
 REPORT_DIR = "report"
+HALVING_FILE = "halving.json"  # successive halving's decisions, written as each rung ends
+# A job's ``status`` in summary.json; INCOMPLETE is what a reader makes of a job without one (killed hard).
+COMPLETED, FAILED, INTERRUPTED, INCOMPLETE = "completed", "failed", "interrupted", "incomplete"
+STOPPED_EARLY = "stopped_early"  # successive halving stopped the job at a rung (sweep.halving)
 
 _CHECKPOINT = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 _TORN = 1 << 62  # the step given to a line cut short by a kill: never kept by a rewind

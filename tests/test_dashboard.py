@@ -16,7 +16,7 @@ from grpo_exp.dashboard import publish
 from grpo_exp.dashboard.__main__ import main
 from grpo_exp.dashboard.sweep import read_sweep
 from grpo_exp.dashboard.view import build_workspace, specification
-from grpo_exp.job.hydra_callbacks import SweepDashboard
+from grpo_exp.sweep.hydra_callbacks import SweepDashboard
 from tests.conftest import ROOT
 
 wr = pytest.importorskip("wandb_workspaces.reports.v2")

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from grpo_exp.config.checks import check_halving
 from grpo_exp.config.schema import CONF_DIR, register_schema
 from grpo_exp.errors import UserError
-from grpo_exp.job import halving
+from grpo_exp.sweep import halving
 from tests.conftest import ROOT
 from tests.wandb_records import read_run
 
@@ -56,7 +57,7 @@ def test_settings_halving_cant_run_with_are_one_line(overrides, message):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", ["grpo.max_steps=100", *overrides])
     with pytest.raises(UserError, match=message):
-        halving.check(cfg)
+        check_halving(cfg)
 
 
 def test_a_bad_halving_setting_stops_the_sweep_before_any_job(tmp_path):

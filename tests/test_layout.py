@@ -62,8 +62,11 @@ MAY_IMPORT = {
     "training": {"config", "spec", "memory", "tracking", *DOMAIN},  # a job writes its memory plan when it starts
     "report": {"config", "tracking"},
     "dashboard": {"config", "tracking"},
-    # a sweep's end runs the report; its launcher packs jobs onto GPUs by their memory plans
-    "job": {"config", "spec", "memory", "tracking", "training", "report", "dashboard", *DOMAIN},
+    # one job: the command's preflight, its run (training), its resume plan
+    "job": {"config", "spec", "memory", "tracking", "training", *DOMAIN},
+    # a sweep runs jobs (job.preflight, job.resume); its end runs the report; its launcher packs jobs onto GPUs
+    # by their memory plans
+    "sweep": {"config", "spec", "memory", "tracking", "training", "job", "report", "dashboard", *DOMAIN},
     # python -m grpo_exp.plan composes jobs as run.py does (job.preflight); its probe samples as training does
     "plan": {"config", "spec", "memory", "job", "tracking", "training", *DOMAIN},
 }

@@ -19,9 +19,10 @@ from hydra.core.hydra_config import HydraConfig
 from grpo_exp import hardware
 from grpo_exp.config.schema import CONF_DIR, register_schema
 from grpo_exp.errors import UserError
-from grpo_exp.job import launcher, packing, preflight
+from grpo_exp.job import preflight
 from grpo_exp.job.preflight import job_spec
 from grpo_exp.memory.estimate import memory_plan
+from grpo_exp.sweep import launcher, packing
 from tests.conftest import ROOT
 from tests.machines import GIB, H100_X4
 

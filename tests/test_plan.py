@@ -242,12 +242,12 @@ def test_the_job_writes_its_plan_and_a_failure_is_a_warning(tmp_path, monkeypatc
     from grpo_exp.folder import PLAN_FILE, JobFolder
     from grpo_exp.job.preflight import job_spec
     from grpo_exp.memory import estimate as memory
-    from grpo_exp.training import lifecycle
+    from grpo_exp.training import records
 
     register_schema()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         spec = job_spec(compose(config_name="config", overrides=["logger=none"]))
-    plan = lifecycle._memory_plan(spec)
+    plan = records.memory_plan(spec)
     assert plan is not None and plan["peak_bytes"] > 0 and plan["target"]["gpu"] is False
     JobFolder(tmp_path).write_plan(plan)
     assert json.loads((tmp_path / PLAN_FILE).read_text())["peak_bytes"] == plan["peak_bytes"]
@@ -256,5 +256,5 @@ def test_the_job_writes_its_plan_and_a_failure_is_a_warning(tmp_path, monkeypatc
         raise RuntimeError("no shape")
 
     monkeypatch.setattr(memory, "memory_plan", broken)
-    assert lifecycle._memory_plan(spec) is None
+    assert records.memory_plan(spec) is None
     assert "no memory plan" in caplog.text

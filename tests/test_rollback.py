@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp.tracking.collapse import CollapseDetector, rollback_records
 from grpo_exp.tracking.metrics import read_metrics
 from grpo_exp.training import checkpoints
+from grpo_exp.training.collapse.detector import CollapseDetector, rollback_records
 from tests.test_long_runs import last_step, run, start, wait_for
 
 LR = 1e-3

@@ -13,10 +13,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from grpo_exp.config import batch
 from grpo_exp.config.schema import ExperimentConfig, HoldFixed, MasterWeights, TinyRecipe
 from grpo_exp.errors import UserError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 @dataclass(frozen=True)
@@ -246,3 +250,28 @@ def _fits(cfg: ExperimentConfig, group: int, processes: int) -> bool:
     except UserError:
         return False
     return True
+
+
+def check_halving(cfg: ExperimentConfig | DictConfig) -> None:
+    """A one-line error for a sweep's config (composed, or its settings) successive halving can't run with."""
+    halving, max_steps = cfg.sweep.halving, int(cfg.grpo.max_steps)
+    eta, min_steps, scheduler = int(halving.eta), halving.min_steps, str(cfg.optimizer.scheduler)
+    if cfg.adaptive.enabled or str(cfg.monitor.on_collapse) != "warn":
+        raise UserError(
+            "sweep.halving with adaptive.enabled=true or monitor.on_collapse="
+            f"{cfg.monitor.on_collapse}: those runs end their stages on their own; use one or the other"
+        )
+    if eta < 2:
+        raise UserError(f"sweep.halving.eta={eta}: keep the best 1/eta at each rung, so eta must be 2 or more (3)")
+    if max_steps <= 0:
+        raise UserError("sweep.halving needs grpo.max_steps: the last rung ends there")
+    if min_steps is not None and not 0 < min_steps <= max_steps // eta:
+        raise UserError(
+            f"sweep.halving.min_steps={min_steps} must lie between 0 and grpo.max_steps/eta={max_steps // eta}, "
+            "or no rung ends before the last (null: max/eta²)"
+        )
+    if scheduler != "constant":
+        raise UserError(
+            f"sweep.halving with optimizer.scheduler={scheduler}: a rung's ranking would mix learning rates that "
+            "the rest of the schedule changes; use optimizer.scheduler=constant (its warm-up is kept)"
+        )

@@ -1,1 +1,1 @@
-"""The command around Hydra: the preflight of every job, one job's run, its resume plan, its folder."""
+"""One job around Hydra: the command's preflight, the job's run and its resume plan."""

@@ -108,9 +108,9 @@ def _sweep_overrides(config_dir: Path, config_name: str, overrides: list[str]) -
                 f"sweep.halving.enabled=true halves a grid of configurations; hydra/sweeper={sweeper} chooses its own "
                 "(leave out sweep.halving, or sweep a grid: key=a,b,c)"
             )
-        from grpo_exp.job import halving
+        from grpo_exp.config.checks import check_halving
 
-        halving.check(cfg)
+        check_halving(cfg)
         added.append(f"hydra/sweeper={HALVING_SWEEPER}")
     return added
 
@@ -239,11 +239,11 @@ def _train(spec: JobSpec, folder: JobFolder) -> float:
 
 def resume_command(output_dir: Path) -> str:
     """The command that continues this job: its folder alone, or for a sweep the sweep's command."""
-    from grpo_exp.job import sweep_outcome
-
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN:
-        return sweep_outcome.resume_command(Path(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task), launcher_words())
+        return resume_rules.sweep_resume_command(
+            Path(hydra_cfg.sweep.dir), list(hydra_cfg.overrides.task), launcher_words()
+        )
     return shlex.join([*launcher_words(), "run.py", f"resume={output_dir}"])
 
 

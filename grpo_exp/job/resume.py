@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,7 @@ from omegaconf import OmegaConf
 from grpo_exp.config.loading import to_settings
 from grpo_exp.config.schema import CONF_DIR, ExperimentConfig
 from grpo_exp.errors import UserError
-from grpo_exp.folder import CONFIG_FILE, JobFolder
-from grpo_exp.report.jobs import STOPPED_EARLY  # a job successive halving stopped: done, as a completed one
+from grpo_exp.folder import COMPLETED, CONFIG_FILE, STOPPED_EARLY, JobFolder
 from grpo_exp.training.checkpoints import ResumePoint, latest
 
 log = logging.getLogger("grpo_exp")
@@ -81,7 +81,7 @@ def plan(settings: ExperimentConfig, job_dir: Path) -> Plan:
         )
     summary = folder.record(folder.summary_file)
     target = settings.sweep.halving.rung_steps or settings.grpo.max_steps  # a rung of halving ends early
-    if summary.get("status") in ("completed", STOPPED_EARLY) and (target <= 0 or summary.get("steps", 0) >= target):
+    if summary.get("status") in (COMPLETED, STOPPED_EARLY) and (target <= 0 or summary.get("steps", 0) >= target):
         return Plan(settings, done=summary)
     return Plan(settings, point=resume_point(job_dir))
 
@@ -166,3 +166,16 @@ def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
     for key, value in node.items():
         flat.update(_flat(value, f"{prefix}{key}."))
     return flat
+
+
+def sweep_resume_command(sweep_dir: Path, overrides: list[str] | None = None, launch: list[str] | None = None) -> str:
+    """The sweep's command with ``hydra.sweep.dir`` and ``resume=auto``: completed jobs are skipped,
+    the others continue from their latest checkpoint (``plan`` above).
+
+    ``overrides``: the command's own, when the sweep's record (``multirun.yaml``) isn't written yet;
+    ``launch``: what starts ``run.py`` (``python``, or torchrun's command line)."""
+    from grpo_exp.tracking.wandb_run import sweep_command
+
+    recorded = sweep_command(sweep_dir) or list(overrides or [])
+    kept = [o for o in recorded if override_key(o) not in ("resume", "hydra.sweep.dir")]
+    return shlex.join([*(launch or ["python"]), "run.py", "-m", *kept, f"hydra.sweep.dir={sweep_dir}", "resume=auto"])

@@ -35,7 +35,7 @@ from grpo_exp.config.schema import ExperimentConfig
 from grpo_exp.memory.activations import Activations, activations
 from grpo_exp.memory.architectures import Architecture, adapted, architecture, lora_parameters
 from grpo_exp.memory.prompts import longest_prompt
-from grpo_exp.memory.remedies import Remedy, find_remedies
+from grpo_exp.memory.remedies import MemoryRemedy, find_remedies
 from grpo_exp.memory.target import BYTES, DEEPSPEED, FP32, HALF, SIXTEEN_BIT, Target, job_target
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ class MemoryPlan:
     target: Target
     phases: tuple[Phase, ...]
     notes: tuple[str, ...] = ()
-    remedies: tuple[Remedy, ...] = field(default=())
+    remedies: tuple[MemoryRemedy, ...] = field(default=())
     inputs: dict[str, Any] = field(default_factory=dict)  # what the plan read: prompt length, activations
 
     @property

@@ -27,7 +27,7 @@ SHORTEST_COMPLETION = 16  # tokens: below this a completion says little
 
 
 @dataclass(frozen=True)
-class Remedy:
+class MemoryRemedy:
     name: str
     change: str  # the overrides (or launch) that apply it
     peak_bytes: int
@@ -159,7 +159,7 @@ class _Plan(Protocol):
 
 def find_remedies(
     cfg: ExperimentConfig, target: Target, peak: int, plan_settings: Callable[[ExperimentConfig, Target], _Plan]
-) -> list[Remedy]:
+) -> list[MemoryRemedy]:
     """The remedies that lower ``peak``, in the article's order, each with the peak it gives
     (``plan_settings``: memory.plan_settings, which plans a changed job again)."""
     found = []
@@ -173,5 +173,5 @@ def find_remedies(
         except UserError:  # the change doesn't make a valid job here (e.g. its batch can't hold whole groups)
             continue
         if plan.peak_bytes < peak:
-            found.append(Remedy(name, words, plan.peak_bytes, plan.fits, plan.verdict))
+            found.append(MemoryRemedy(name, words, plan.peak_bytes, plan.fits, plan.verdict))
     return found

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_exp.errors import UserError
-from grpo_exp.folder import REPORT_DIR, SUMMARY_FILE, report_dir
+from grpo_exp.folder import FAILED, INCOMPLETE, REPORT_DIR, STOPPED_EARLY, SUMMARY_FILE, report_dir
 from grpo_exp.report.halving import halving_section
-from grpo_exp.report.jobs import FAILED, INCOMPLETE, STOPPED_EARLY, Job
+from grpo_exp.report.jobs import JobRecord
 from grpo_exp.report.stability import Stability, describe, median_max_kl, rank_stability
 from grpo_exp.report.sweep import (
     DEFAULT_OBJECTIVE,
@@ -77,7 +77,7 @@ def verdict(sweep: Sweep) -> list[str]:
     return [*_best(sweep, ranked), *_stability(sweep, ranked), *_casualties(sweep)]
 
 
-def _assessed(sweep: Sweep) -> dict[str, list[Job]]:
+def _assessed(sweep: Sweep) -> dict[str, list[JobRecord]]:
     """Each configuration's finished jobs that logged a reward (a partial run alone is not judged)."""
     configs = {}
     for group in sweep.configs():
@@ -145,7 +145,7 @@ def _stability(sweep: Sweep, ranked: list[Stability]) -> list[str]:
     return [*lines, *_kl_lines(drifting, sweep), *collapses]
 
 
-def _kl_lines(drifting: list[tuple[str, list[Job]]], sweep: Sweep) -> list[str]:
+def _kl_lines(drifting: list[tuple[str, list[JobRecord]]], sweep: Sweep) -> list[str]:
     """A line per drifting configuration, or one summary line when most of a big sweep drifts."""
     if len(drifting) <= MAX_LISTED:
         return [f"- **KL excursion:** `{label}`: {_kl_text(jobs)}." for label, jobs in drifting]
@@ -175,14 +175,14 @@ def _casualties(sweep: Sweep) -> list[str]:
     return lines
 
 
-def _kl_text(jobs: list[Job]) -> str:
+def _kl_text(jobs: list[JobRecord]) -> str:
     steps = _span([job.kl_steps for job in jobs], "{:.0f}")
     threshold = _span([job.kl_threshold for job in jobs], "{:g}")
     max_kl = max(job.value("max_kl") or 0.0 for job in jobs)
     return f"{steps} steps above {threshold} (max KL {max_kl:.3f}) in {_jobs_text(jobs)}"
 
 
-def _collapse_text(jobs: list[Job]) -> str:
+def _collapse_text(jobs: list[JobRecord]) -> str:
     std, floor = (
         _span([job.value("final_reward_std") for job in jobs]),
         _span([job.min_reward_std for job in jobs], "{:g}"),
@@ -208,12 +208,12 @@ def _group_label(sweep: Sweep, group: Group) -> str:
     return str(group.jobs[0].stats.get("name") or group.jobs[0].name)
 
 
-def _jobs_text(jobs: Iterable[Job]) -> str:
+def _jobs_text(jobs: Iterable[JobRecord]) -> str:
     names = sorted((job.name for job in jobs), key=lambda name: (len(name), name))
     return ("job " if len(names) == 1 else "jobs ") + ", ".join(names)
 
 
-def _job_ref(sweep: Sweep, job: Job) -> str:
+def _job_ref(sweep: Sweep, job: JobRecord) -> str:
     return f"job {job.name} (`{sweep.label(job)}`)" if sweep.swept else f"job {job.name}"
 
 
@@ -301,7 +301,7 @@ def _results_table(sweep: Sweep) -> list[str]:
     return lines
 
 
-def _result_cell(job: Job, key: str, spec: str, own_threshold: bool) -> str:
+def _result_cell(job: JobRecord, key: str, spec: str, own_threshold: bool) -> str:
     text = _fmt(job.value(key), spec)
     if own_threshold and key == "steps_above_kl_threshold" and job.kl_steps is not None:
         text += f" (> {job.kl_threshold:g})"  # thresholds differ between jobs: name this one's

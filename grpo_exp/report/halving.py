@@ -9,14 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grpo_exp.folder import read_json
-
-RECORD_FILE = "halving.json"  # written by grpo_exp.job.halving as each rung ends
+from grpo_exp.folder import HALVING_FILE, read_json
 
 
 def halving_section(sweep_dir: Path) -> list[str]:
     """The report's "Successive halving" section; nothing for a sweep that didn't halve."""
-    record = read_json(Path(sweep_dir) / RECORD_FILE)
+    record = read_json(Path(sweep_dir) / HALVING_FILE)
     if not record or not record.get("rungs"):
         return []
     rungs: list[dict[str, Any]] = record["rungs"]

@@ -1,4 +1,4 @@
-"""One job folder of a sweep, read into a ``Job``: whatever is missing or damaged becomes a note.
+"""One job folder of a sweep, read into a ``JobRecord``: whatever is missing or damaged becomes a note.
 
 A job folder holds ``summary.json`` when the job ended (its status, error and figures),
 ``metrics.jsonl`` (one line per logging step; a job killed hard leaves only this), ``config.yaml``
@@ -17,14 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from grpo_exp.config.schema import MonitorSettings
-from grpo_exp.folder import CONFIG_FILE, METRICS_FILE, OVERRIDES_FILE, SUMMARY_FILE, JobFolder, read_rows, read_yaml
+from grpo_exp.folder import (
+    COMPLETED,
+    CONFIG_FILE,
+    FAILED,
+    INCOMPLETE,
+    METRICS_FILE,
+    OVERRIDES_FILE,
+    SUMMARY_FILE,
+    JobFolder,
+    read_rows,
+    read_yaml,
+)
 from grpo_exp.tracking.metrics import eval_rows, summarize, summarize_eval, training_rows
 
 DEFAULT_KL_THRESHOLD = MonitorSettings.kl_threshold
 DEFAULT_MIN_REWARD_STD = MonitorSettings.min_reward_std
 DEFAULT_MIN_IMPROVEMENT = MonitorSettings.min_improvement
-COMPLETED, FAILED, INCOMPLETE = "completed", "failed", "incomplete"
-STOPPED_EARLY = "stopped_early"  # successive halving stopped the job at a rung (job.halving)
 # Overrides that say how a job was run, not what it is: never a swept value.
 BOOKKEEPING = ("resume", "sweep.halving.rung_steps")
 # A final reward within this of the run's peak counts as "at its best": homogeneous completions
@@ -33,7 +42,7 @@ AT_PEAK_TOLERANCE = 0.05
 
 
 @dataclass
-class Job:
+class JobRecord:
     """One job folder, with whatever of its files could be read; ``notes`` say what could not."""
 
     name: str
@@ -97,7 +106,7 @@ class Job:
         return max(stds) < self.min_reward_std and max(rewards) - min(rewards) < self.min_improvement
 
 
-def load_job(path: Path) -> Job:
+def load_job(path: Path) -> JobRecord:
     """One job folder; whatever is missing or damaged becomes a note, never an exception."""
     folder = JobFolder(path)
     notes: list[str] = []
@@ -127,7 +136,7 @@ def load_job(path: Path) -> Job:
         notes.append(f"no {OVERRIDES_FILE}: its swept values are {source}")
     status = _status(folder, summary)
     error = (summary or {}).get("error") or (_last_line(folder.error) if status == FAILED else None)
-    return Job(
+    return JobRecord(
         name=path.name,
         path=path,
         status=status,

@@ -19,7 +19,7 @@ import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from grpo_exp.report.jobs import Job
+from grpo_exp.report.jobs import JobRecord
 from grpo_exp.report.sweep import Cell, Sweep, format_value, grid_axes, group_jobs, is_grid, objective_grid
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def _series(sweep: Sweep, key: str) -> list[Series]:
     return series
 
 
-def _label(sweep: Sweep, job: Job) -> str:
+def _label(sweep: Sweep, job: JobRecord) -> str:
     label = sweep.label(job, short=True) or str(job.stats.get("name") or job.name)
     return label if job.finished else f"{label} ({job.status})"
 

@@ -15,10 +15,10 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from grpo_exp.report.jobs import AT_PEAK_TOLERANCE, Job
+from grpo_exp.report.jobs import AT_PEAK_TOLERANCE, JobRecord
 
 # The signs of instability, lower is more stable: (name in the report, value of one job).
-SIGNS: dict[str, Callable[[Job], float | None]] = {
+SIGNS: dict[str, Callable[[JobRecord], float | None]] = {
     "drop from peak": lambda job: _difference(job.value("peak_reward"), job.value("final_reward")),
     "reward-std fall": lambda job: _std_fall(job),
     "max KL": lambda job: job.value("max_kl"),
@@ -33,13 +33,13 @@ class Stability:
     """One configuration: its jobs, whether all of them were dead, its signs and its mean rank in the sweep."""
 
     label: str
-    jobs: list[Job]
+    jobs: list[JobRecord]
     dead: bool
     signs: dict[str, float]  # mean over the configuration's live jobs; a sign none of them logged is absent
     score: float | None = None  # mean of its places over the signs (0 = steadiest on each); None when dead
 
 
-def rank_stability(configs: dict[str, list[Job]]) -> list[Stability]:
+def rank_stability(configs: dict[str, list[JobRecord]]) -> list[Stability]:
     """The configurations (label -> finished jobs) most stable first, dead ones last."""
     assessed = []
     for label, jobs in configs.items():
@@ -67,7 +67,7 @@ def describe(stability: Stability, median_kl: float | None) -> str:
     return ", ".join(parts) or "nothing logged to judge"
 
 
-def _std_fall(job: Job) -> float | None:
+def _std_fall(job: JobRecord) -> float | None:
     """How far the reward std fell from the start to the end, while the reward was still short of its peak.
 
     At the peak, alike completions mean all succeeded (no fall counted); before it they mean

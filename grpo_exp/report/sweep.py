@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from grpo_exp.errors import UserError
 from grpo_exp.folder import SUMMARY_FILE, JobFolder, multirun_file, read_yaml, sweep_jobs
-from grpo_exp.report.jobs import Job, finite, load_job
+from grpo_exp.report.jobs import JobRecord, finite, load_job
 from grpo_exp.tracking.metrics import TRAINING_COUNTERPART
 
 if TYPE_CHECKING:  # pandas loads when a report is computed, not when the module is imported
@@ -53,7 +53,7 @@ class Group:
     """Jobs that share the values of some keys (a configuration, or a heatmap cell)."""
 
     values: tuple[Any, ...]
-    jobs: list[Job]
+    jobs: list[JobRecord]
 
 
 @dataclass
@@ -61,7 +61,7 @@ class Sweep:
     """The jobs ranked best first by the objective, and the keys whose values differ between them."""
 
     path: Path
-    jobs: list[Job]
+    jobs: list[JobRecord]
     swept: list[str]
     objective: str = DEFAULT_OBJECTIVE
     maximize: bool = True
@@ -80,21 +80,21 @@ class Sweep:
     def configs(self) -> list[Group]:
         return group_jobs(self.jobs, self.config_keys)
 
-    def label(self, job: Job, keys: list[str] | None = None, short: bool = False) -> str:
+    def label(self, job: JobRecord, keys: list[str] | None = None, short: bool = False) -> str:
         keys = self.swept if keys is None else keys
         names = _short_names(keys) if short else keys
         return ", ".join(
             f"{n}={format_value(job.overrides.get(k, DEFAULT_VALUE))}" for n, k in zip(names, keys, strict=True)
         )
 
-    def stat(self, jobs: Iterable[Job]) -> Cell:
+    def stat(self, jobs: Iterable[JobRecord]) -> Cell:
         """The objective over the completed jobs among ``jobs``; failed and partial runs would skew it."""
         import pandas as pd
 
         values = pd.Series([self.outcome(job) for job in jobs], dtype=float)
         return _cell(values.agg(["mean", "std", "count"]))
 
-    def outcome(self, job: Job) -> float | None:
+    def outcome(self, job: JobRecord) -> float | None:
         """The job's objective, or None when it did not complete (its partial figure would skew a mean)."""
         return job.value(self.objective) if job.finished else None
 
@@ -133,7 +133,7 @@ def load_sweep(sweep_dir: Path, objective: str | None = None, maximize: bool | N
     return sweep
 
 
-def _basis(objective: str, jobs: list[Job]) -> tuple[str, str]:
+def _basis(objective: str, jobs: list[JobRecord]) -> tuple[str, str]:
     """The objective to rank on and what it measures: held-out reward when some job has it, else training."""
     held_out = [job for job in jobs if job.value("final_eval_reward") is not None]
     if objective in TRAINING_COUNTERPART:
@@ -156,14 +156,14 @@ def find_job_dirs(sweep_dir: Path) -> list[Path]:
     return sweep_jobs(sweep_dir) or ([sweep_dir] if JobFolder(sweep_dir).holds_job_files() else [])
 
 
-def swept_keys(jobs: list[Job]) -> list[str]:
+def swept_keys(jobs: list[JobRecord]) -> list[str]:
     """Override keys whose value differs between jobs (a key some jobs lack counts), in override order."""
     keys = list(dict.fromkeys(k for job in jobs for k in job.overrides))
     varying = override_table(jobs, keys).nunique()
     return [k for k in keys if varying[k] > 1]
 
 
-def override_table(jobs: Sequence[Job], keys: list[str]) -> pd.DataFrame:
+def override_table(jobs: Sequence[JobRecord], keys: list[str]) -> pd.DataFrame:
     """One row per job, one column per key: its value as the report shows it (``(default)`` when not set)."""
     import pandas as pd
 
@@ -172,7 +172,7 @@ def override_table(jobs: Sequence[Job], keys: list[str]) -> pd.DataFrame:
     )
 
 
-def group_jobs(jobs: Iterable[Job], keys: list[str]) -> list[Group]:
+def group_jobs(jobs: Iterable[JobRecord], keys: list[str]) -> list[Group]:
     """Jobs grouped by their values of ``keys``, groups in order of first appearance."""
     jobs = list(jobs)
     if not keys:
@@ -209,7 +209,7 @@ def _where_jobs_are(path: Path) -> str:
     return f": expected a sweep folder (0/, 1/, ... from `python run.py -m`) or a run folder with {SUMMARY_FILE}"
 
 
-def _rank(sweep: Sweep, job: Job) -> tuple[bool, bool, float]:
+def _rank(sweep: Sweep, job: JobRecord) -> tuple[bool, bool, float]:
     """Completed jobs first, then by the objective (best first), jobs without a value last."""
     value = job.value(sweep.objective)
     signed = 0.0 if value is None else (-value if sweep.maximize else value)

@@ -23,7 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from grpo_exp.errors import EXIT_USER_ERROR, UserError
-from grpo_exp.folder import LOCK_FILE, METRICS_FILE, RUN_INFO_FILE, FolderInUse, JobFolder, read_json, read_yaml
+from grpo_exp.folder import (
+    COMPLETED,
+    LOCK_FILE,
+    METRICS_FILE,
+    RUN_INFO_FILE,
+    FolderInUse,
+    JobFolder,
+    read_json,
+    read_yaml,
+)
 from grpo_exp.folder import sweep_jobs as sweep_job_paths
 from grpo_exp.tracking.metrics import EVAL_REWARD, eval_rows, training_rows
 from grpo_exp.tracking.wandb_run import (
@@ -38,7 +47,6 @@ from grpo_exp.tracking.wandb_run import (
 
 EXIT_OK, EXIT_WANDB_FAILED = 0, 1
 # The repaired run ends as the job did: W&B shows exit code 0 as finished, any other as failed.
-COMPLETED = "completed"
 FINISHED, FAILED = 0, 1
 
 

@@ -30,9 +30,9 @@ from grpo_exp.tracking.wandb_run import safely
 from grpo_exp.training import checkpoints
 from grpo_exp.training.callbacks import RungEnd, StageBounds
 from grpo_exp.training.checkpoints import ResumePoint
+from grpo_exp.training.collapse.rollback import RollbackStages
 from grpo_exp.training.group_choice import Choice, choose
 from grpo_exp.training.profile import Sampler, sample_rows
-from grpo_exp.training.rollback import RollbackStages
 from grpo_exp.training.stage import Schedule, Stage
 from grpo_exp.training.stops import StopRequest
 

@@ -1,5 +1,5 @@
 """``hydra/sweeper=halving``: Hydra's basic sweeper, with successive halving when
-``sweep.halving.enabled=true`` (grpo_exp.job.halving). conf/config.yaml makes it the default.
+``sweep.halving.enabled=true`` (grpo_exp.sweep.halving). conf/config.yaml makes it the default.
 
 No ``from __future__ import annotations``: Hydra executes this module before it is in ``sys.modules``,
 where a dataclass with string annotations can't resolve them.
@@ -31,7 +31,7 @@ class HalvingSweeper(BasicSweeper):
             return super().sweep(arguments)
         from pathlib import Path
 
-        from grpo_exp.job import halving
+        from grpo_exp.sweep import halving
 
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         overrides = parser.parse_overrides([*self._parse_config(), *arguments])

@@ -1,6 +1,6 @@
 """Runs that steady themselves: ``monitor.on_collapse=rollback`` (and ``stop``).
 
-Built on resume. ``CollapseWatch`` judges each logged step (tracking/collapse.py) and asks for a
+Built on resume. ``CollapseWatch`` judges each logged step (``detector``) and asks for a
 checkpoint every ``monitor.healthy_every`` healthy steps, keeping the newest one from before the
 trouble out of the trainer's rotation. At a collapse it ends the stage; ``RollbackStages`` then
 deletes the checkpoints after the last healthy one, rewinds ``metrics.jsonl`` to it (the steps after
@@ -10,7 +10,7 @@ the learning rate times ``monitor.remedy.lr_factor`` (compounding over rollbacks
 ``monitor.remedy.warmup_steps``, and the group size ``monitor.remedy.num_generations`` when set.
 
 A run killed after a rollback resumes as any run does; the rollback rows left in ``metrics.jsonl``
-re-apply the remedy (``Remedy``) and count towards ``monitor.max_rollbacks``. Past that count the
+re-apply the remedy (``LearningRateRemedy``) and count towards ``monitor.max_rollbacks``. Past that count the
 next collapse ends the run with one line, as ``on_collapse=stop`` ends it at the first.
 """
 
@@ -30,12 +30,12 @@ from grpo_exp.config.schema import OnCollapse
 from grpo_exp.errors import UserError
 from grpo_exp.folder import SEAL_FILE, JobFolder
 from grpo_exp.spec import JobSpec
-from grpo_exp.tracking.collapse import ROLLBACK_PREFIX, Collapse, CollapseDetector, rollback_records
 from grpo_exp.tracking.metrics import is_evaluation, training_rows
 from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.tracking.wandb_run import safely
 from grpo_exp.training import checkpoints
 from grpo_exp.training.checkpoints import Checkpoint, ResumePoint
+from grpo_exp.training.collapse.detector import ROLLBACK_PREFIX, Collapse, CollapseDetector, rollback_records
 from grpo_exp.training.stage import Stage
 from grpo_exp.training.stops import StopRequest
 
@@ -87,7 +87,7 @@ class CollapseWatch(TrainerCallback):
             state.best_model_checkpoint = str(JobFolder(Path(args.output_dir)).checkpoint(kept[-1]))
 
 
-class Remedy(TrainerCallback):
+class LearningRateRemedy(TrainerCallback):
     """Applies the rollbacks' remedy once the trainer has restored its optimizer and scheduler: the
     learning rate scaled by the rollbacks' factor, warmed up again from the last rollback's step.
 
@@ -146,7 +146,7 @@ class RollbackStages:
         callbacks: list[TrainerCallback] = [self.watch]
         if records:
             factor = math.prod(remedy.lr_factor for _ in records)
-            callbacks.append(Remedy(factor, records[-1]["to_step"], remedy.warmup_steps))
+            callbacks.append(LearningRateRemedy(factor, records[-1]["to_step"], remedy.warmup_steps))
         return Stage(settings, self.start, final=True, callbacks=callbacks)
 
     def publish(self, run: Any) -> None:
@@ -166,18 +166,40 @@ class RollbackStages:
         self.pending.clear()
 
     def _roll_back(self, collapse: Collapse) -> Checkpoint:
-        """Back to the newest whole checkpoint at or before the last healthy step; the rollback recorded.
+        """Back to the newest whole checkpoint at or before the last healthy step; the rollback recorded."""
+        done = rollback_records(self.folder.rows())
+        self._check_budget(collapse, done)
+        target = self._target(collapse, done)
+        record = self._record(collapse, target.step, len(done) + 1)
+        self._rewind(target, done, record)
+        self.monitor.load_state_dict(target.state.get("monitor", {}))
+        log.warning(
+            "step %d: %s; rollback %d of %d: back to step %d, %s",
+            collapse.step,
+            collapse.message,
+            record["index"],
+            self.spec.settings.monitor.max_rollbacks,
+            target.step,
+            record["change"],
+        )
+        self.pending.append(record)
+        return target
+
+    def _check_budget(self, collapse: Collapse, done: list[dict[str, Any]]) -> None:
+        """Past ``monitor.max_rollbacks`` a collapse ends the run, as ``on_collapse=stop`` does."""
+        most = self.spec.settings.monitor.max_rollbacks
+        if len(done) >= most:
+            raise Collapsed(
+                f"training collapsed again: {collapse.message}; {len(done)} rollback(s) taken, "
+                f"monitor.max_rollbacks={most} reached; {FIX}"
+            )
+
+    def _target(self, collapse: Collapse, done: list[dict[str, Any]]) -> Checkpoint:
+        """The newest whole checkpoint at or before the last healthy step.
 
         A run that collapses again from the checkpoint its last rollback went back to, before a newer
         healthy one was kept, goes back one checkpoint further where one is kept: that checkpoint led
         to a collapse even with the remedy."""
-        settings = self.spec.settings.monitor
-        done = rollback_records(self.folder.rows())
-        if len(done) >= settings.max_rollbacks:
-            raise Collapsed(
-                f"training collapsed again: {collapse.message}; {len(done)} rollback(s) taken, "
-                f"monitor.max_rollbacks={settings.max_rollbacks} reached; {FIX}"
-            )
         whole = [
             (step, path)
             for step, path in self.folder.checkpoints()  # newest first
@@ -191,28 +213,19 @@ class RollbackStages:
                 f"{collapse.healthy_step + 1} exists to go back to; lower monitor.healthy_every, or {FIX}"
             )
         step, path = whole[0]
-        target = Checkpoint(path, step, json.loads((path / SEAL_FILE).read_text(encoding="utf-8")))
+        return Checkpoint(path, step, json.loads((path / SEAL_FILE).read_text(encoding="utf-8")))
+
+    def _rewind(self, target: Checkpoint, done: list[dict[str, Any]], record: dict[str, Any]) -> None:
+        """Drop what came after ``target``: newer checkpoints, and ``metrics.jsonl``'s later rows (the
+        steps are trained again and logged once); then the rollback's row."""
         for step, path in self.folder.checkpoints():
             if step > target.step:
                 shutil.rmtree(path, ignore_errors=True)
-        record = self._record(collapse, target.step, len(done) + 1)
         if self.spec.layout.primary:
             self.folder.rewind(target.step)
             # an earlier rollback's row that the rewind dropped (it went back less far) stays on record here
             for row in [*(r for r in done if r["to_step"] > target.step), record]:
                 self.folder.append_row({"step": target.step, **{ROLLBACK_PREFIX + k: v for k, v in row.items()}})
-        self.monitor.load_state_dict(target.state.get("monitor", {}))
-        log.warning(
-            "step %d: %s; rollback %d of %d: back to step %d, %s",
-            collapse.step,
-            collapse.message,
-            record["index"],
-            settings.max_rollbacks,
-            target.step,
-            record["change"],
-        )
-        self.pending.append(record)
-        return target
 
     def _record(self, collapse: Collapse, to_step: int, index: int) -> dict[str, Any]:
         remedy, lr = self.spec.settings.monitor.remedy, self.spec.settings.optimizer.lr

@@ -1,6 +1,6 @@
 """What counts as a collapse, and where the run was last healthy (``monitor.on_collapse``).
 
-The health monitor (monitor.py) warns early and once; a collapse is the stronger judgement a
+The health monitor (tracking/monitor.py) warns early and once; a collapse is the stronger judgement a
 rollback or a stop acts on:
 
 - the windowed mean reward (``monitor.window`` steps) has lost ``collapse_drop`` of its rise (its

@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn
+from omegaconf import DictConfig
 
-from grpo_exp.errors import UserError
-from grpo_exp.folder import JobFolder, read_json, read_yaml, write_json
+from grpo_exp.config.checks import check_halving
+from grpo_exp.folder import COMPLETED, HALVING_FILE, STOPPED_EARLY, JobFolder, read_json, read_yaml, write_json
 from grpo_exp.job.resume import AUTO, override_key
-from grpo_exp.report.halving import RECORD_FILE
-from grpo_exp.report.jobs import STOPPED_EARLY
 
 log = logging.getLogger("grpo_exp")
 
@@ -37,7 +36,7 @@ RUNG_KEY = "sweep.halving.rung_steps"
 REPEAT_KEYS = frozenset({"seed"})  # repeats of one configuration: ranked by their mean
 RANKED_BY = "final_eval_reward"  # held-out reward at the rung's evaluation
 FALLBACK = "final_reward"  # a sweep without held-out prompts: its training counterpart
-STOPPED_TAG = "stopped_early"
+STOPPED_TAG = STOPPED_EARLY  # the W&B tag
 # Keys the sweeper sets per rung; the user's own are replaced, never doubled.
 _SET_HERE = ("resume", RUNG_KEY, "hydra.sweep.subdir")
 
@@ -53,31 +52,6 @@ def rungs(max_steps: int, eta: int, min_steps: int | None) -> list[int]:
         ends.append(step)
         step *= eta
     return [*ends, max_steps]
-
-
-def check(cfg: Any) -> None:
-    """A one-line error for a sweep's config (composed, or its settings) halving can't run with."""
-    halving, max_steps = cfg.sweep.halving, int(cfg.grpo.max_steps)
-    eta, min_steps, scheduler = int(halving.eta), halving.min_steps, str(cfg.optimizer.scheduler)
-    if cfg.adaptive.enabled or str(cfg.monitor.on_collapse) != "warn":
-        raise UserError(
-            "sweep.halving with adaptive.enabled=true or monitor.on_collapse="
-            f"{cfg.monitor.on_collapse}: those runs end their stages on their own; use one or the other"
-        )
-    if eta < 2:
-        raise UserError(f"sweep.halving.eta={eta}: keep the best 1/eta at each rung, so eta must be 2 or more (3)")
-    if max_steps <= 0:
-        raise UserError("sweep.halving needs grpo.max_steps: the last rung ends there")
-    if min_steps is not None and not 0 < min_steps <= max_steps // eta:
-        raise UserError(
-            f"sweep.halving.min_steps={min_steps} must lie between 0 and grpo.max_steps/eta={max_steps // eta}, "
-            "or no rung ends before the last (null: max/eta²)"
-        )
-    if scheduler != "constant":
-        raise UserError(
-            f"sweep.halving with optimizer.scheduler={scheduler}: a rung's ranking would mix learning rates that "
-            "the rest of the schedule changes; use optimizer.scheduler=constant (its warm-up is kept)"
-        )
 
 
 def configuration(overrides: Sequence[str], varied: set[str]) -> str:
@@ -102,7 +76,7 @@ def survivors(scores: dict[str, float | None], eta: int) -> list[str]:
 
 
 @dataclass
-class Job:
+class HalvingJob:
     number: int
     overrides: list[str]
     configuration: str
@@ -111,20 +85,20 @@ class Job:
 def run(
     jobs: list[list[str]],
     sweep_dir: Path,
-    settings: Any,
+    cfg: DictConfig,
     launch: Callable[[list[list[str]], int], Sequence[JobReturn]],
 ) -> list[JobReturn]:
     """Train the sweep's jobs rung by rung; the returns of the jobs that reached the last rung.
 
-    ``settings``: the sweep's composed config (its ``sweep.halving`` and ``grpo.max_steps``);
+    ``cfg``: the sweep's composed config (its ``sweep.halving`` and ``grpo.max_steps``);
     ``launch``: the launcher's ``launch(job overrides, first job number)``."""
-    halving, max_steps = settings.sweep.halving, int(settings.grpo.max_steps)
-    check(settings)
+    halving, max_steps = cfg.sweep.halving, int(cfg.grpo.max_steps)
+    check_halving(cfg)
     ends = rungs(max_steps, int(halving.eta), halving.min_steps)
-    record = read_json(sweep_dir / RECORD_FILE) or {}
+    record = read_json(sweep_dir / HALVING_FILE) or {}
     decided = {r["steps"]: r for r in record.get("rungs", []) if r.get("steps") in ends}
     varied = varied_keys(jobs)
-    alive = [Job(n, list(o), configuration(o, varied)) for n, o in enumerate(jobs)]
+    alive = [HalvingJob(n, list(o), configuration(o, varied)) for n, o in enumerate(jobs)]
     log.info("successive halving: %d jobs, rungs at steps %s, eta %d", len(alive), ends, halving.eta)
     rungs_done: list[dict[str, Any]] = []
     returns: list[JobReturn] = []
@@ -147,20 +121,20 @@ def run(
     return returns
 
 
-def _rung_overrides(job: Job, steps: int, last: bool, index: int) -> list[str]:
+def _rung_overrides(job: HalvingJob, steps: int, last: bool, index: int) -> list[str]:
     kept = [o for o in job.overrides if override_key(o) not in _SET_HERE]
     rung = [] if last else [f"{RUNG_KEY}={steps}"]
     resume = [f"resume={AUTO}"] if index > 0 or any(override_key(o) == "resume" for o in job.overrides) else []
     return [*kept, *rung, *resume, f"hydra.sweep.subdir={job.number}"]  # each job keeps its folder across rungs
 
 
-def _decide(alive: list[Job], sweep_dir: Path, steps: int, eta: int, last: bool) -> dict[str, Any]:
+def _decide(alive: list[HalvingJob], sweep_dir: Path, steps: int, eta: int, last: bool) -> dict[str, Any]:
     """Each configuration's mean score over its jobs at this rung, and the ones that go on."""
     values: dict[str, list[float]] = {}
     for job in alive:
         summary = JobFolder(sweep_dir / str(job.number)).summary() or {}
         score = summary.get(RANKED_BY, summary.get(FALLBACK))
-        ok = summary.get("status") == "completed" and isinstance(score, int | float) and math.isfinite(score)
+        ok = summary.get("status") == COMPLETED and isinstance(score, int | float) and math.isfinite(score)
         values.setdefault(job.configuration, [])
         if ok:
             values[job.configuration].append(float(score))
@@ -182,7 +156,7 @@ def _write(sweep_dir: Path, ends: list[int], max_steps: int, rungs_done: list[di
         trained += int(summary.get("steps") or 0) * completions_per_step(folder)
     full = sum(completions_per_step(JobFolder(sweep_dir / str(n))) * max_steps for n in range(len(jobs)))
     write_json(
-        sweep_dir / RECORD_FILE,
+        sweep_dir / HALVING_FILE,
         {
             "rungs_at": ends,
             "ranked_by": f"{RANKED_BY} (mean over seeds)",
@@ -205,7 +179,7 @@ def completions_per_step(folder: JobFolder) -> int:
 def mark_stopped(folder: JobFolder, rung: int, steps: int) -> None:
     """The job stops at this rung: ``summary.json`` says so, and so does its W&B run (tag and summary)."""
     summary = folder.summary() or {}
-    if summary.get("status") != "completed":
+    if summary.get("status") != COMPLETED:
         return  # failed or unfinished: it says so itself; or marked before (a resumed sweep)
     folder.write_summary(summary | {"status": STOPPED_EARLY, "stopped_at_rung": rung, "stopped_at_step": steps})
     wandb_info = folder.run_info().get("wandb") or {}

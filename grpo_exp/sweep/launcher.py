@@ -4,13 +4,13 @@ A shared worker pool (joblib's loky) breaks when one worker dies, and every job 
 with it. Here each job is a fresh interpreter (``spawn``) that only this launcher waits for: a job
 killed by a signal, the out-of-memory killer's included, is marked failed in its folder with that
 cause, and the others train on to their end. The sweep's exit status and resume line then name it
-(``job.sweep_outcome``).
+(``sweep.outcome``).
 
 The parent starts no CUDA: its jobs' layouts (decided by the preflight, ``config.layout``) count
 the GPUs and give their memory; each job is handed its GPU as ``GRPO_EXP_GPU`` and keeps it alone
 when it starts (``Layout.claim``).
 Hydra only looks for launchers in its ``hydra_plugins`` namespace, so the class Hydra instantiates
-is ``hydra_plugins.grpo_exp_plugins.process_launcher.ProcessLauncher``; it calls ``launch`` here.
+is ``hydra_plugins.grpo_exp_plugins.parallel_launcher.ParallelLauncher``; it calls ``launch`` here.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict, read_write
 
 from grpo_exp import hardware
-from grpo_exp.job import packing
+from grpo_exp.sweep import packing
 
 log = logging.getLogger("grpo_exp")
 
@@ -218,15 +218,15 @@ def _job_process(payload: bytes, results: Connection, gpu: int | None) -> None:
 
 def _lost(job: _Running, sweep_config: DictConfig) -> JobReturn:
     """A job that ended without a result: killed, or exited (a stop at a checkpoint says so itself)."""
-    from grpo_exp.folder import JobFolder
+    from grpo_exp.folder import COMPLETED, FAILED, JobFolder
 
     code = job.process.exitcode or 0
     folder = JobFolder(job.folder)
     if code < 0:
         cause = _signal_cause(-code, job.oom_kills)
         summary = folder.summary() or {}
-        if summary.get("status") != "completed":
-            folder.write_summary(summary | {"status": "failed", "error": cause})
+        if summary.get("status") != COMPLETED:
+            folder.write_summary(summary | {"status": FAILED, "error": cause})
         log.error("job %d %s (its folder: %s)", job.number, cause, job.folder)
     else:
         log.error("job %d exited with status %d (its folder: %s)", job.number, code, job.folder)

@@ -1,4 +1,5 @@
-"""``hydra/launcher=processes``: each job of a sweep in a process of its own (grpo_exp.job.launcher).
+"""``hydra/launcher=parallel``, which ``+launcher=parallel`` selects: each job of a sweep in a process of
+its own (grpo_exp.sweep.launcher).
 
 No ``from __future__ import annotations``: Hydra executes this module before it is in ``sys.modules``,
 where a dataclass with string annotations can't resolve them.
@@ -16,16 +17,16 @@ from omegaconf import DictConfig
 
 
 @dataclass
-class ProcessLauncherConf:
-    _target_: str = "hydra_plugins.grpo_exp_plugins.process_launcher.ProcessLauncher"
+class ParallelLauncherConf:
+    _target_: str = "hydra_plugins.grpo_exp_plugins.parallel_launcher.ParallelLauncher"
     n_jobs: Any = "auto"  # jobs at a time, or auto: the cores / threads, or what the memory plan fits per GPU
     memory_margin: float = 0.1  # share of each GPU's memory that auto leaves out of the plan
 
 
-ConfigStore.instance().store(group="hydra/launcher", name="processes", node=ProcessLauncherConf, provider="grpo_exp")
+ConfigStore.instance().store(group="hydra/launcher", name="parallel", node=ParallelLauncherConf, provider="grpo_exp")
 
 
-class ProcessLauncher(Launcher):
+class ParallelLauncher(Launcher):
     def __init__(self, n_jobs: Any = "auto", memory_margin: float = 0.1) -> None:
         self.n_jobs = n_jobs
         self.memory_margin = memory_margin
@@ -37,7 +38,7 @@ class ProcessLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from grpo_exp.job.launcher import launch
+        from grpo_exp.sweep.launcher import launch
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         return launch(

@@ -65,14 +65,14 @@ class SweepDashboard(Callback):
 
 class SweepExit(Callback):
     """The sweep's exit status once every job has run: 1, with the line that names the jobs to
-    re-run and the ``resume=auto`` command, when any did not complete (``job.sweep_outcome``).
+    re-run and the ``resume=auto`` command, when any did not complete (``sweep.outcome``).
 
     Hydra calls the end of a multirun on its callbacks last-listed first: listed first in
     ``conf/config.yaml``, this one exits after the report and the dashboard are written.
     """
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from grpo_exp.job.sweep_outcome import read_outcome
+        from grpo_exp.sweep.outcome import read_outcome
 
         outcome = read_outcome(Path(config.hydra.sweep.dir))
         line = outcome.line()

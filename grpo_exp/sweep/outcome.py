@@ -7,14 +7,12 @@ one line that names the jobs to re-run and the ``resume=auto`` command that re-r
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_exp.folder import numbered_jobs
-from grpo_exp.job.resume import override_key
-from grpo_exp.report.jobs import COMPLETED, FAILED, STOPPED_EARLY, load_job
-from grpo_exp.tracking.wandb_run import sweep_command
+from grpo_exp.folder import COMPLETED, FAILED, STOPPED_EARLY, numbered_jobs
+from grpo_exp.job.resume import sweep_resume_command
+from grpo_exp.report.jobs import load_job
 
 EXIT_COMPLETED = 0
 EXIT_FAILED = 1
@@ -39,7 +37,7 @@ class SweepOutcome:
             return None
         parts = [f"job {name} failed ({cause})" for name, cause in self.failed.items()]
         parts += [f"job {name} did not finish" for name in self.unfinished]
-        return f"sweep: {'; '.join(parts)}; re-run only these with: {resume_command(self.sweep_dir)}"
+        return f"sweep: {'; '.join(parts)}; re-run only these with: {sweep_resume_command(self.sweep_dir)}"
 
 
 def read_outcome(sweep_dir: Path) -> SweepOutcome:
@@ -55,14 +53,3 @@ def read_outcome(sweep_dir: Path) -> SweepOutcome:
         else:
             unfinished.append(job.name)
     return SweepOutcome(sweep_dir, failed, unfinished)
-
-
-def resume_command(sweep_dir: Path, overrides: list[str] | None = None, launch: list[str] | None = None) -> str:
-    """The sweep's command with ``hydra.sweep.dir`` and ``resume=auto``: completed jobs are skipped,
-    the others continue from their latest checkpoint (``job.resume``).
-
-    ``overrides``: the command's own, when the sweep's record (``multirun.yaml``) isn't written yet;
-    ``launch``: what starts ``run.py`` (``python``, or torchrun's command line)."""
-    recorded = sweep_command(sweep_dir) or list(overrides or [])
-    kept = [o for o in recorded if override_key(o) not in ("resume", "hydra.sweep.dir")]
-    return shlex.join([*(launch or ["python"]), "run.py", "-m", *kept, f"hydra.sweep.dir={sweep_dir}", "resume=auto"])
