@@ -88,7 +88,7 @@ def score_held_out(folder: Path, model_path: str | None, seed: int, samples: int
     """Mean reward of ``samples`` completions per held-out prompt from a model (default: the run's final one)."""
     import torch
 
-    from grpo_exp import data, models
+    from grpo_exp import dataset, models
     from grpo_exp.job.resume import recorded_settings
     from grpo_exp.rewards.compose import build_rewards
     from grpo_exp.training.profile import Sampler
@@ -96,7 +96,7 @@ def score_held_out(folder: Path, model_path: str | None, seed: int, samples: int
     settings = recorded_settings(folder)
     rewards, weights = build_rewards(settings.reward)
     model, tokenizer = models.load(settings.model, model_path or str(folder / "model"))
-    held_out = data.load_splits(settings.dataset, tokenizer)[1]
+    held_out = dataset.load_splits(settings.dataset, tokenizer)[1]
     torch.manual_seed(seed)
     sampler = Sampler(model, tokenizer, rewards, weights, settings.grpo, batch=64)
     scores = sampler.scores(list(held_out), samples, step=settings.grpo.max_steps)

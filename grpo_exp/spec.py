@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_exp import data, hardware, models
+from grpo_exp import dataset, hardware, models
 from grpo_exp.agents.tools import Tool, build_tools
 from grpo_exp.config import batch, checks, layout
 from grpo_exp.config.layout import Layout
@@ -48,7 +48,7 @@ def build_spec(settings: ExperimentConfig) -> JobSpec:
     warnings = batch.size_batch(settings, processes)
     checks.check_model(settings)
     model = models.resolve(settings.model)
-    columns = data.check_dataset(settings.dataset)
+    columns = dataset.check_dataset(settings.dataset)
     rewards, weights = build_rewards(settings.reward)
     tools = build_tools(settings.agent)
     if tools and not settings.dataset.chat:

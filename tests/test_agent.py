@@ -240,7 +240,7 @@ def test_a_jobs_tool_use_reaches_its_summary_console_and_report():
 
 
 def test_the_memory_plan_and_the_length_filter_count_the_tools_in_every_prompt(settings):
-    from grpo_exp.data import prompt_tokens
+    from grpo_exp.dataset import prompt_tokens
     from grpo_exp.memory.prompts import longest_prompt
     from grpo_exp.models import load_tokenizer, model_path
 

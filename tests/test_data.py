@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from grpo_exp.config.schema import DatasetSettings, TinyRecipe
-from grpo_exp.data import builtin_names, load_prompts
+from grpo_exp.dataset import builtin_names, load_prompts
 from grpo_exp.errors import UserError
 from grpo_exp.models.tiny import train_tokenizer
 from grpo_exp.models.warmup import build_corpus
@@ -49,7 +49,7 @@ def test_plain_prompts_stay_strings_without_chat(tmp_path, tokenizer):
 def test_long_prompts_are_dropped_and_counted(tmp_path, tokenizer, caplog):
     records = [{"prompt": "短问题"}, {"prompt": "很长的问题" * 200}, {"prompt": "另一个短问题"}]
     cfg = json_dataset(tmp_path, records, max_prompt_tokens=64)
-    with caplog.at_level(logging.WARNING, logger="grpo_exp.data"):
+    with caplog.at_level(logging.WARNING, logger="grpo_exp.dataset"):
         rows = load_prompts(cfg, tokenizer)
     assert [r["prompt"][-1]["content"] for r in rows] == ["短问题", "另一个短问题"]
     assert "dropped 1 of 3 prompts longer than 64 tokens" in caplog.text

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from grpo_exp.config.schema import DatasetSettings, TinyRecipe
-from grpo_exp.data import check_dataset, load_splits, prompt_key
+from grpo_exp.dataset import check_dataset, load_splits, prompt_key
 from grpo_exp.errors import UserError
 from grpo_exp.models.tiny import train_tokenizer
 from grpo_exp.models.warmup import build_corpus

@@ -48,14 +48,14 @@ def test_long_modules_say_why():
 
 # Each layer and the layers it may import from (besides itself and the base modules), bottom up.
 BASE = {"errors", "registry", "cache", "hardware", "shipped", "folder", "quiet", "user_code", "deadline"}
-DOMAIN = {"rewards", "sandbox", "models", "data", "agents"}
+DOMAIN = {"rewards", "sandbox", "models", "dataset", "agents"}
 MAY_IMPORT = {
     "config": set(),
     "sandbox": set(),
     "agents": {"config"},
     "rewards": {"config", "sandbox", "agents"},  # the tool-call part checks a call against the tool's signature
     "models": {"config", "agents"},  # the embedded model's agent warm-up calls the shipped tools
-    "data": {"config", "rewards"},  # a verifiable dataset's references are checked by their verifier (rewards/math.py)
+    "dataset": {"config", "rewards"},  # a verifiable dataset's references are checked by its verifier (rewards/math)
     "spec": {"config", *DOMAIN},  # the job spec combines the config with the model, the data and the rewards
     "memory": {"config", "spec", *DOMAIN},  # plans a spec's memory; reads the tiny model's recipe
     "tracking": {"config", "rewards"},  # the monitor reads the solved shares the rewards log (rewards/solved.py)
@@ -183,3 +183,28 @@ def test_the_optimizer_to_trl_table_exists_once():
     renamed = {trl for ours, trl in OPTIMIZER_FIELDS.items() if trl != ours}
     holders = {module_name(path) for path in PACKAGE.rglob("*.py") if renamed & set(string_literals(path))}
     assert holders == {"grpo_exp.config.trl_map"}, holders
+
+
+def test_no_two_classes_share_a_name():
+    """A class name finds one class: two ``Job`` or ``Remedy`` classes send a reader to the wrong file."""
+    where: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(module_name(path))
+    shared = {name: modules for name, modules in where.items() if len(modules) > 1}
+    assert not shared, f"class names defined more than once: {shared}"
+
+
+def test_cfg_is_always_the_composed_hydra_config():
+    """``cfg`` is Hydra's DictConfig; the validated config is ``settings`` and its groups are named for themselves."""
+    wrong = [
+        f"{module_name(path)}:{node.lineno} cfg: {ast.unparse(node.annotation)}"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.arg)
+        and node.arg == "cfg"
+        and node.annotation is not None
+        and ast.unparse(node.annotation).strip("'\"") != "DictConfig"
+    ]
+    assert not wrong, wrong

@@ -246,7 +246,7 @@ def test_the_shipped_sample_is_gsm8k_shaped_and_every_reference_parses():
 
 
 def test_the_loader_puts_the_reference_in_its_column():
-    from grpo_exp.data import LOADERS
+    from grpo_exp.dataset import LOADERS
 
     cfg = DatasetSettings(
         source="builtin",
@@ -300,7 +300,7 @@ def test_a_json_array_names_the_line_too(tmp_path):
     records = [{"question": "Q1", "answer": "#### 4"}, {"question": "Q2", "answer": "#### x+"}]
     path.write_text(json.dumps(records, indent=2))
     with pytest.raises(UserError, match=r"record 2 \(line 6\)"):
-        from grpo_exp.data import check_dataset
+        from grpo_exp.dataset import check_dataset
 
         check_dataset(
             DatasetSettings(

@@ -140,8 +140,8 @@ def test_the_cpu_plan_counts_the_libraries(capsys):
 
 def test_prompts_are_as_long_as_the_datas_longest(capsys, settings):
     """The default job's shipped prompts, counted with its tokenizer and chat template as the job
-    loads them (grpo_exp.data, long prompts dropped), against the plan's padded length."""
-    from grpo_exp.data import load_prompts, prompt_tokens
+    loads them (grpo_exp.dataset, long prompts dropped), against the plan's padded length."""
+    from grpo_exp.dataset import load_prompts, prompt_tokens
     from grpo_exp.models import load_tokenizer, model_path
 
     cfg = settings("dataset.max_prompt_tokens=40")  # below the longest shipped prompt: the filter drops some

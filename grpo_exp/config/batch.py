@@ -19,23 +19,23 @@ MIN_ADVISED_GROUP = 4
 SUGGESTIONS = 3
 
 
-def size_batch(cfg: ExperimentConfig, processes: int) -> list[str]:
+def size_batch(settings: ExperimentConfig, processes: int) -> list[str]:
     """Set ``grpo.per_device_train_batch_size`` and check the generation batch of ``processes`` training
     processes; returns advice."""
-    grpo = cfg.grpo
+    grpo = settings.grpo
     group = grpo.num_generations
     if group < 2:
         raise UserError(f"grpo.num_generations={group}: GRPO compares completions within a group, use 4-8")
     if grpo.per_device_train_batch_size is None:
-        grpo.per_device_train_batch_size = _derived(cfg, processes)
+        grpo.per_device_train_batch_size = _derived(settings, processes)
     if grpo.per_device_train_batch_size < 1:
         raise UserError(f"grpo.per_device_train_batch_size={grpo.per_device_train_batch_size} must be at least 1")
-    completions = generation_batch(cfg, processes)
+    completions = generation_batch(settings, processes)
     if completions % group:
         raise UserError(
             f"each generation batch holds {completions} completions (grpo.per_device_train_batch_size x "
             f"processes x optimizer.gradient_accumulation_steps), not a multiple of grpo.num_generations={group}: "
-            f"{_fixes(cfg, completions)}"
+            f"{_fixes(settings, completions)}"
         )
     if group < MIN_ADVISED_GROUP:
         return [
@@ -45,18 +45,18 @@ def size_batch(cfg: ExperimentConfig, processes: int) -> list[str]:
     return []
 
 
-def generation_batch(cfg: ExperimentConfig, processes: int) -> int:
+def generation_batch(settings: ExperimentConfig, processes: int) -> int:
     """Completions TRL generates at once, as GRPOConfig computes it."""
-    grpo = cfg.grpo
+    grpo = settings.grpo
     if grpo.generation_batch_size is not None:
         return grpo.generation_batch_size
-    steps = grpo.steps_per_generation or cfg.optimizer.gradient_accumulation_steps
+    steps = grpo.steps_per_generation or settings.optimizer.gradient_accumulation_steps
     return grpo.per_device_train_batch_size * processes * steps
 
 
-def _derived(cfg: ExperimentConfig, processes: int) -> int:
+def _derived(settings: ExperimentConfig, processes: int) -> int:
     """The per-device batch that keeps ``hold_fixed`` equal across group sizes."""
-    grpo, hold = cfg.grpo, cfg.grpo.hold_fixed
+    grpo, hold = settings.grpo, settings.grpo.hold_fixed
     if hold is HoldFixed.none:
         raise UserError(
             "grpo.hold_fixed=none needs grpo.per_device_train_batch_size=<completions per device>, "
@@ -70,7 +70,7 @@ def _derived(cfg: ExperimentConfig, processes: int) -> int:
             f"grpo.hold_fixed=completions: {completions} completions per step don't split into groups of "
             f"grpo.num_generations={group}; group sizes that fit: {', '.join(map(str, fits))}"
         )
-    share = cfg.optimizer.gradient_accumulation_steps * processes
+    share = settings.optimizer.gradient_accumulation_steps * processes
     if completions % share:
         raise UserError(
             f"grpo.hold_fixed={hold}: {completions} completions per step don't split evenly over "
@@ -79,9 +79,9 @@ def _derived(cfg: ExperimentConfig, processes: int) -> int:
     return completions // share
 
 
-def _fixes(cfg: ExperimentConfig, completions: int) -> str:
+def _fixes(settings: ExperimentConfig, completions: int) -> str:
     """Nearby values that would work: batch sizes for this group, group sizes for this batch, or hold_fixed."""
-    group, batch = cfg.grpo.num_generations, cfg.grpo.per_device_train_batch_size
+    group, batch = settings.grpo.num_generations, settings.grpo.per_device_train_batch_size
     others = completions // batch
     step = group // math.gcd(group, others)
     sizes = [step * k for k in range(1, SUGGESTIONS + 1)]
@@ -93,18 +93,18 @@ def _fixes(cfg: ExperimentConfig, completions: int) -> str:
     return fix + ", or drop the batch size and let grpo.hold_fixed=prompts size it per group"
 
 
-def eval_batch(cfg: ExperimentConfig, prompts: int, processes: int) -> int:
+def eval_batch(settings: ExperimentConfig, prompts: int, processes: int) -> int:
     """The per-device evaluation batch: whole groups, splitting the ``prompts`` held-out prompts evenly.
 
     TRL scores held-out prompts per group, and its ``eval/reward`` is the mean of the batches' means,
     so a short last batch would weigh more than its share: of the batch sizes that divide the held-out
     set evenly, the one nearest ``grpo.per_device_eval_batch_size`` (ties: the larger, fewer batches).
     """
-    group, world = cfg.grpo.num_generations_eval or cfg.grpo.num_generations, processes
-    wanted = cfg.grpo.per_device_eval_batch_size * world / group  # prompts per evaluation batch, all devices
+    group, world = settings.grpo.num_generations_eval or settings.grpo.num_generations, processes
+    wanted = settings.grpo.per_device_eval_batch_size * world / group  # prompts per evaluation batch, all devices
     even = [k for k in range(1, prompts + 1) if prompts % k == 0 and k * group % world == 0]
     if not even:  # the devices can't share any even split: whole groups per device, as close as they come
         share = group // math.gcd(group, world)
-        return math.ceil(cfg.grpo.per_device_eval_batch_size / share) * share
+        return math.ceil(settings.grpo.per_device_eval_batch_size / share) * share
     chosen = min(even, key=lambda k: (abs(k - wanted), -k))
     return chosen * group // world

@@ -146,52 +146,53 @@ RANGES: dict[str, Bound] = {
 # Sections whose keys only count while they are in use: an adaptive block that is off, or a model
 # without a warm-up recipe, is not checked.
 IN_USE: dict[str, Callable[[ExperimentConfig], bool]] = {
-    "adaptive.": lambda cfg: cfg.adaptive.enabled,
-    "model.recipe.": lambda cfg: cfg.model.recipe is not None,
+    "adaptive.": lambda settings: settings.adaptive.enabled,
+    "model.recipe.": lambda settings: settings.model.recipe is not None,
 }
 
 
-def check(cfg: ExperimentConfig) -> None:
+def check(settings: ExperimentConfig) -> None:
     """Raise ``UserError`` for the first value out of its range or keys that can't go together."""
-    skipped = tuple(prefix for prefix, used in IN_USE.items() if not used(cfg))
+    skipped = tuple(prefix for prefix, used in IN_USE.items() if not used(settings))
     for key, bound in RANGES.items():
         if key.startswith(skipped):
             continue
-        value = attrgetter(key)(cfg)
+        value = attrgetter(key)(settings)
         if value is not None and not bound.admits(value):
             raise UserError(bound.why.format(key=key, value=value, bound=bound))
-    if cfg.grpo.max_steps == 0 or cfg.grpo.max_steps < -1:
+    if settings.grpo.max_steps == 0 or settings.grpo.max_steps < -1:
         raise UserError(
-            f"grpo.max_steps={cfg.grpo.max_steps}: give a positive step count, or -1 to run grpo.num_train_epochs"
+            f"grpo.max_steps={settings.grpo.max_steps}: give a positive step count, or -1 to run grpo.num_train_epochs"
         )
-    if cfg.adaptive.enabled:
-        _check_adaptive(cfg)
-    if cfg.monitor.on_collapse != "warn":
-        _check_rollback(cfg)
+    if settings.adaptive.enabled:
+        _check_adaptive(settings)
+    if settings.monitor.on_collapse != "warn":
+        _check_rollback(settings)
 
 
-def _check_rollback(cfg: ExperimentConfig) -> None:
+def _check_rollback(settings: ExperimentConfig) -> None:
     """A rollback resumes a checkpoint of one plain run."""
-    if cfg.monitor.on_collapse == "rollback" and cfg.grpo.save_steps <= 0:
+    if settings.monitor.on_collapse == "rollback" and settings.grpo.save_steps <= 0:
         raise UserError(
             "monitor.on_collapse=rollback goes back to a checkpoint: set grpo.save_steps above 0 (or use warn or stop)"
         )
-    if cfg.adaptive.enabled:
+    if settings.adaptive.enabled:
         raise UserError(
-            f"monitor.on_collapse={cfg.monitor.on_collapse} watches a plain run; with adaptive.enabled=true use warn"
+            f"monitor.on_collapse={settings.monitor.on_collapse} watches a plain run; "
+            "with adaptive.enabled=true use warn"
         )
 
 
-def check_model(cfg: ExperimentConfig) -> None:
+def check_model(settings: ExperimentConfig) -> None:
     """The model keys that must go together (after the hardware's say: 4-bit on a CPU is the first problem)."""
-    if cfg.model.quantization.load_in_4bit and not cfg.model.lora.enabled:
+    if settings.model.quantization.load_in_4bit and not settings.model.lora.enabled:
         raise UserError("4-bit weights can't be trained directly: add model.lora.enabled=true (QLoRA)")
-    if cfg.model.master_weights is MasterWeights.bfloat16 and cfg.model.lora.enabled:
+    if settings.model.master_weights is MasterWeights.bfloat16 and settings.model.lora.enabled:
         raise UserError(
             "model.master_weights=bfloat16 is for full fine-tuning (a LoRA adapter is small and trains in float32): "
             "remove it, or set model.lora.enabled=false"
         )
-    recipe = cfg.model.recipe
+    recipe = settings.model.recipe
     if recipe is not None and recipe.answer_share + recipe.cover_share > 1:
         raise UserError(
             f"model.recipe.answer_share ({recipe.answer_share}) + cover_share ({recipe.cover_share}) is over 1: "
@@ -199,61 +200,63 @@ def check_model(cfg: ExperimentConfig) -> None:
         )
 
 
-def _check_adaptive(cfg: ExperimentConfig) -> None:
-    a = cfg.adaptive
+def _check_adaptive(settings: ExperimentConfig) -> None:
+    a = settings.adaptive
     if a.max_generations < a.min_generations:
         raise UserError(
             f"adaptive.max_generations={a.max_generations} is below adaptive.min_generations={a.min_generations}: "
             "raise max_generations or lower min_generations"
         )
-    if cfg.grpo.max_steps <= 0:
+    if settings.grpo.max_steps <= 0:
         raise UserError("adaptive.enabled=true trains in stages of adaptive.interval steps: set grpo.max_steps")
-    if cfg.grpo.hold_fixed is HoldFixed.none:
+    if settings.grpo.hold_fixed is HoldFixed.none:
         raise UserError(
             "adaptive.enabled=true sizes the batch for each group size: use grpo.hold_fixed=prompts or completions"
         )
 
 
-def allowed_groups(cfg: ExperimentConfig, processes: int) -> list[int]:
+def allowed_groups(settings: ExperimentConfig, processes: int) -> list[int]:
     """Group sizes within the adaptive bounds for which ``grpo.hold_fixed`` derives a batch of whole groups."""
     return [
-        g for g in range(cfg.adaptive.min_generations, cfg.adaptive.max_generations + 1) if _fits(cfg, g, processes)
+        g
+        for g in range(settings.adaptive.min_generations, settings.adaptive.max_generations + 1)
+        if _fits(settings, g, processes)
     ]
 
 
-def check_groups(cfg: ExperimentConfig, processes: int) -> tuple[int, ...]:
+def check_groups(settings: ExperimentConfig, processes: int) -> tuple[int, ...]:
     """The adaptive run's allowed group sizes (empty when it is off); a one-line error when there are none."""
-    if not cfg.adaptive.enabled:
+    if not settings.adaptive.enabled:
         return ()
-    sizes = allowed_groups(cfg, processes)
+    sizes = allowed_groups(settings, processes)
     if not sizes:
-        a = cfg.adaptive
+        a = settings.adaptive
         raise UserError(
             f"no group size in adaptive.min_generations..max_generations = {a.min_generations}..{a.max_generations} "
-            f"splits the batch into whole groups (grpo.hold_fixed={cfg.grpo.hold_fixed}): widen the bounds or "
+            f"splits the batch into whole groups (grpo.hold_fixed={settings.grpo.hold_fixed}): widen the bounds or "
             "use grpo.hold_fixed=prompts"
         )
     return tuple(sizes)
 
 
-def with_group(cfg: ExperimentConfig, group: int, processes: int) -> ExperimentConfig:
-    """A copy of ``cfg`` whose stage uses ``group`` completions per prompt, with its batch derived anew."""
-    grpo = dataclasses.replace(cfg.grpo, num_generations=group, per_device_train_batch_size=None)
-    stage = dataclasses.replace(cfg, grpo=grpo)
+def with_group(settings: ExperimentConfig, group: int, processes: int) -> ExperimentConfig:
+    """A copy of ``settings`` whose stage uses ``group`` completions per prompt, with its batch derived anew."""
+    grpo = dataclasses.replace(settings.grpo, num_generations=group, per_device_train_batch_size=None)
+    stage = dataclasses.replace(settings, grpo=grpo)
     batch.size_batch(stage, processes)
     return stage
 
 
-def _fits(cfg: ExperimentConfig, group: int, processes: int) -> bool:
+def _fits(settings: ExperimentConfig, group: int, processes: int) -> bool:
     try:
-        with_group(cfg, group, processes)
+        with_group(settings, group, processes)
     except UserError:
         return False
     return True
 
 
-def check_halving(cfg: ExperimentConfig | DictConfig) -> None:
-    """A one-line error for a sweep's config (composed, or its settings) successive halving can't run with."""
+def check_halving(cfg: DictConfig) -> None:
+    """A one-line error for a composed sweep config that successive halving can't run with."""
     halving, max_steps = cfg.sweep.halving, int(cfg.grpo.max_steps)
     eta, min_steps, scheduler = int(halving.eta), halving.min_steps, str(cfg.optimizer.scheduler)
     if cfg.adaptive.enabled or str(cfg.monitor.on_collapse) != "warn":

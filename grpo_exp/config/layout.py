@@ -139,23 +139,23 @@ class Layout:
         return {k: v for k, v in asdict(self).items() if k not in ("rank", "local_rank", "notes")}
 
 
-def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
-    """The layout ``cfg`` trains with on this machine (``found``: torch's answer, simulated in tests);
+def decide(settings: ExperimentConfig, found: Machine | None = None) -> Layout:
+    """The layout ``settings`` trains with on this machine (``found``: torch's answer, simulated in tests);
     a one-line ``UserError`` when it can't have it.
 
     Nothing here starts CUDA or changes the environment: a sweep's parent decides every job's
     layout, and the job's own process keeps its GPU when it starts (``Layout.claim``)."""
     processes, rank, local_rank = hardware.world_size(), hardware.rank(), hardware.local_rank()
     index = local_rank if processes > 1 else hardware.assigned_gpu()  # a plain run: the launcher's pick, or the first
-    if cfg.device == "cpu":
+    if settings.device == "cpu":
         found = found or Machine("", cuda_build=False, driver=False)
     else:
         found = found or hardware.machine(index)
     notes = []
-    gpu = cfg.device != "cpu" and found.gpus > 0
-    if cfg.device == "cuda" and not gpu:
+    gpu = settings.device != "cpu" and found.gpus > 0
+    if settings.device == "cuda" and not gpu:
         raise UserError(f"device=cuda but {_why_no_gpu(found)}: use device=auto or device=cpu")
-    if not gpu and found.driver and not found.cuda_build and cfg.device == "auto":
+    if not gpu and found.driver and not found.cuda_build and settings.device == "auto":
         notes.append(f"{_why_no_gpu(found)}: training on the CPU; for the GPU, {GPU_TORCH_ADVICE}")
     if gpu and index >= found.gpus:
         raise UserError(
@@ -172,14 +172,14 @@ def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
             f"{local} processes on this machine but {found.gpus} GPU(s) visible: launch one process per GPU "
             f"(--nproc_per_node {found.gpus}), or device=cpu"
         )
-    precision = _precision(cfg, found, gpu)
-    frozen = _frozen_dtype(cfg, precision, gpu, found, notes)
-    trains_every_weight = not cfg.model.lora.enabled
+    precision = _precision(settings, found, gpu)
+    frozen = _frozen_dtype(settings, precision, gpu, found, notes)
+    trains_every_weight = not settings.model.lora.enabled
     sharding = hardware.sharding() if processes > 1 else None
     return Layout(
         device="cuda" if gpu else "cpu",
         precision=precision,
-        weight_dtype=_master_dtype(cfg, found, gpu, notes) if trains_every_weight else frozen,
+        weight_dtype=_master_dtype(settings, found, gpu, notes) if trains_every_weight else frozen,
         reference_dtype=frozen,
         processes=processes,
         rank=rank,
@@ -189,8 +189,8 @@ def decide(cfg: ExperimentConfig, found: Machine | None = None) -> Layout:
         gpu_name=found.name if gpu else None,
         gpus_visible=found.gpus,
         gpu_memory_bytes=found.memory_bytes if gpu else None,
-        quantized=cfg.model.quantization.load_in_4bit,
-        adapter_dtype=None if trains_every_weight else _adapter_dtype(cfg, precision, frozen, sharding, gpu),
+        quantized=settings.model.quantization.load_in_4bit,
+        adapter_dtype=None if trains_every_weight else _adapter_dtype(settings, precision, frozen, sharding, gpu),
         native_bf16=gpu and found.native_bf16,
         sharding=sharding,
         rocm=gpu and found.rocm,
@@ -204,9 +204,9 @@ def _why_no_gpu(found: Machine) -> str:
     return "no GPU is visible"
 
 
-def _precision(cfg: ExperimentConfig, found: Machine, gpu: bool) -> Precision:
+def _precision(settings: ExperimentConfig, found: Machine, gpu: bool) -> Precision:
     """grpo.bf16 / grpo.fp16 when set, else the best this device computes in hardware."""
-    g = cfg.grpo
+    g = settings.grpo
     if g.bf16 and g.fp16:
         raise UserError("grpo.bf16=true and grpo.fp16=true: choose one (or neither, to let the GPU decide)")
     if g.fp16 and not gpu:
@@ -227,18 +227,20 @@ def _precision(cfg: ExperimentConfig, found: Machine, gpu: bool) -> Precision:
     return Precision.fp16 if (found.capability or (0, 0)) >= FP16_MIN_CAPABILITY else Precision.fp32
 
 
-def _adapter_dtype(cfg: ExperimentConfig, precision: Precision, frozen: str, sharding: str | None, gpu: bool) -> str:
+def _adapter_dtype(
+    settings: ExperimentConfig, precision: Precision, frozen: str, sharding: str | None, gpu: bool
+) -> str:
     """The dtype a LoRA adapter trains in: float32, except where TRL's choice holds (see the module docstring)."""
-    if cfg.model.quantization.load_in_4bit:
+    if settings.model.quantization.load_in_4bit:
         return "bfloat16" if precision is Precision.bf16 else "float32"
     if gpu and sharding == "zero3":  # ZeRO-3 gathers parameters in one dtype: TRL keeps the base's
         return frozen
     return "float32"
 
 
-def _frozen_dtype(cfg: ExperimentConfig, precision: Precision, gpu: bool, found: Machine, notes: list[str]) -> str:
+def _frozen_dtype(settings: ExperimentConfig, precision: Precision, gpu: bool, found: Machine, notes: list[str]) -> str:
     """The dtype of weights that never train: ``model.dtype``, within what the device computes."""
-    wanted = cfg.model.dtype
+    wanted = settings.model.dtype
     if not gpu or precision is Precision.fp32:
         if wanted in _SIXTEEN_BIT:
             where = "the CPU" if not gpu else "a GPU computing in fp32"
@@ -253,9 +255,9 @@ def _frozen_dtype(cfg: ExperimentConfig, precision: Precision, gpu: bool, found:
     return wanted
 
 
-def _master_dtype(cfg: ExperimentConfig, found: Machine, gpu: bool, notes: list[str]) -> str:
+def _master_dtype(settings: ExperimentConfig, found: Machine, gpu: bool, notes: list[str]) -> str:
     """The dtype full fine-tuning trains its weights (and so its Adam states) in: ``model.master_weights``."""
-    if cfg.model.master_weights is MasterWeights.float32:
+    if settings.model.master_weights is MasterWeights.float32:
         return "float32"
     if gpu and not found.native_bf16:
         raise UserError(
@@ -273,9 +275,9 @@ def _cc(found: Machine) -> str:
     return ".".join(map(str, found.capability or ()))
 
 
-def check_hardware(cfg: ExperimentConfig, layout: Layout) -> list[str]:
+def check_hardware(settings: ExperimentConfig, layout: Layout) -> list[str]:
     """What the layout rules out (an error) or changes (advice to show)."""
-    quant, g = cfg.model.quantization, cfg.grpo
+    quant, g = settings.model.quantization, settings.grpo
     if quant.load_in_4bit and not layout.gpu:
         raise UserError("4-bit loading (bitsandbytes) needs a CUDA GPU: set model.quantization.load_in_4bit=false")
     if quant.load_in_4bit and layout.sharding in SHARDED_4BIT:

@@ -212,16 +212,16 @@ def plan_settings(settings: ExperimentConfig, target: Target) -> MemoryPlan:
     return plan_architecture(settings, architecture(settings.model), target)
 
 
-def plan_architecture(cfg: ExperimentConfig, arch: Architecture, target: Target) -> MemoryPlan:
-    sizes = _Sizes.of(cfg, arch, target)
+def plan_architecture(settings: ExperimentConfig, arch: Architecture, target: Target) -> MemoryPlan:
+    sizes = _Sizes.of(settings, arch, target)
     resident = _resident(sizes)
     phases = [
         Phase("generation", resident | _vllm(sizes, generating=True) | _generation(sizes, sizes.generation_batch)),
         Phase("loss/backward", resident | _vllm(sizes) | _accumulated(sizes) | _loss(sizes)),
         Phase("optimizer step", resident | _vllm(sizes) | _gradients(sizes) | _step(sizes)),
     ]
-    if _evaluates(cfg):
-        evaluation = _generation(sizes, cfg.grpo.per_device_eval_batch_size)
+    if _evaluates(settings):
+        evaluation = _generation(sizes, settings.grpo.per_device_eval_batch_size)
         phases.append(Phase("evaluation", resident | _vllm(sizes, generating=True) | evaluation))
     phases = [_with_runtime(sizes, Phase(p.name, {k: int(v) for k, v in p.items.items() if v})) for p in phases]
     inputs = {
@@ -231,14 +231,14 @@ def plan_architecture(cfg: ExperimentConfig, arch: Architecture, target: Target)
         "adapter_dtype": sizes.adapter_dtype if sizes.lora else None,
     }
     notes = tuple(dict.fromkeys(sizes.notes))  # once each, though several phases may add one
-    return MemoryPlan(cfg.model.name_or_path, arch, sizes.trainable, target, tuple(phases), notes, inputs=inputs)
+    return MemoryPlan(settings.model.name_or_path, arch, sizes.trainable, target, tuple(phases), notes, inputs=inputs)
 
 
 @dataclass
 class _Sizes:
     """The numbers every phase reads, worked out once."""
 
-    cfg: ExperimentConfig
+    settings: ExperimentConfig
     arch: Architecture
     target: Target
     trainable: int
@@ -255,31 +255,31 @@ class _Sizes:
     notes: list[str]
 
     @classmethod
-    def of(cls, cfg: ExperimentConfig, arch: Architecture, target: Target) -> _Sizes:
-        lora = cfg.model.lora
+    def of(cls, settings: ExperimentConfig, arch: Architecture, target: Target) -> _Sizes:
+        lora = settings.model.lora
         trainable = lora_parameters(arch, lora.r, lora.target_modules) if lora.enabled else arch.parameters
         weight_bytes = BYTES[target.weight_dtype]
         if target.sharding in DEEPSPEED:
             weight_bytes = HALF
         act_bytes = HALF if target.precision in SIXTEEN_BIT else weight_bytes
-        adapter = adapter_dtype(cfg, target)
+        adapter = adapter_dtype(settings, target)
         trainable_bytes = BYTES[adapter] if lora.enabled else weight_bytes
         n = max(1, target.processes)
         shards = n if target.sharding in ("zero3", "fsdp") else 1
         state_shards = n if target.sharding in ("zero2", "zero3", "fsdp") else 1
-        generation = batch.generation_batch(cfg, n) // n
+        generation = batch.generation_batch(settings, n) // n
         notes = []
         if target.sharding in DEEPSPEED:
             notes.append(
                 "DeepSpeed bf16: 16-bit weights and gradients on the GPU, fp32 master weights and states sharded"
             )
-        prompt = longest_prompt(cfg.dataset, cfg.model, cfg.agent.tools)
+        prompt = longest_prompt(settings.dataset, settings.model, settings.agent.tools)
         notes.append(f"prompts: {prompt.tokens} tokens, the {prompt.source}")
         acts = activations(arch.config, residual_mode(weight_bytes, target))
         if not acts.source.startswith("cached"):
             notes.append(f"activations: {acts.source}")
         return cls(
-            cfg,
+            settings,
             arch,
             target,
             trainable,
@@ -298,19 +298,19 @@ class _Sizes:
 
     @property
     def lora(self) -> bool:
-        return self.cfg.model.lora.enabled
+        return self.settings.model.lora.enabled
 
     @property
     def four_bit(self) -> bool:
-        return self.cfg.model.quantization.load_in_4bit
+        return self.settings.model.quantization.load_in_4bit
 
     @property
     def completion(self) -> int:
-        return self.cfg.grpo.max_completion_length
+        return self.settings.grpo.max_completion_length
 
     @property
     def vllm(self) -> bool:
-        return self.target.gpu and self.cfg.grpo.use_vllm
+        return self.target.gpu and self.settings.grpo.use_vllm
 
     @property
     def residual_bytes(self) -> int:
@@ -338,12 +338,12 @@ def residual_mode(weight_bytes: int, target: Target) -> str:
     return "autocast" if target.precision in SIXTEEN_BIT else "float32"
 
 
-def adapter_dtype(cfg: ExperimentConfig, target: Target) -> str:
+def adapter_dtype(settings: ExperimentConfig, target: Target) -> str:
     """A LoRA adapter's dtype as it trains (``config.layout``'s policy, for the plan's launch): TRL
     1.16 casts a quantized model's trainable parameters to bf16, and the job casts them back to
     fp32 under fp16 autocast, whose grad scaler can't unscale bf16 gradients; under ZeRO-3 TRL keeps
     a LoRA adapter in the base's dtype; any other adapter is fp32."""
-    if cfg.model.quantization.load_in_4bit:
+    if settings.model.quantization.load_in_4bit:
         return "bfloat16" if target.precision == "bf16" else "float32"
     if target.gpu and target.sharding == "zero3":
         return target.weight_dtype
@@ -352,9 +352,9 @@ def adapter_dtype(cfg: ExperimentConfig, target: Target) -> str:
 
 def _resident(s: _Sizes) -> dict[str, int]:
     """What stays on the device through the whole step (after the first optimizer step)."""
-    arch, cfg = s.arch, s.cfg
+    arch, settings = s.arch, s.settings
     if s.four_bit:
-        per = NF4_DOUBLE_QUANT_BYTES if cfg.model.quantization.double_quant else NF4_BYTES
+        per = NF4_DOUBLE_QUANT_BYTES if settings.model.quantization.double_quant else NF4_BYTES
         # the layers bitsandbytes doesn't quantize (embeddings, lm_head, norms) stay in the compute
         # dtype, as TRL's own QLoRA leaves them (the job doesn't upcast them to fp32)
         base = arch.linear_parameters * per + (arch.parameters - arch.linear_parameters) * s.weight_bytes
@@ -369,7 +369,7 @@ def _resident(s: _Sizes) -> dict[str, int]:
     if s.target.sharding in DEEPSPEED:
         items["fp32 master weights"] = s.trainable * FP32 // s.state_shards
     items["optimizer states"] = _optimizer_states(s)
-    if cfg.grpo.beta != 0 and not s.lora:  # with LoRA, TRL's reference is the base with the adapter off
+    if settings.grpo.beta != 0 and not s.lora:  # with LoRA, TRL's reference is the base with the adapter off
         per = HALF if s.target.sharding in DEEPSPEED else BYTES[s.target.reference_dtype]
         items["reference model"] = arch.parameters * per // s.shards
     if s.target.sharding == "ddp" and s.target.processes > 1:
@@ -383,15 +383,15 @@ def _resident(s: _Sizes) -> dict[str, int]:
 def _vllm(s: _Sizes, generating: bool = False) -> dict[str, int]:
     """vLLM in the training process (colocate): its share of the GPU, which sleep mode frees while
     the policy trains, and its CUDA graphs beyond that share, in every phase."""
-    if not s.vllm or s.cfg.grpo.vllm_mode != "colocate":
+    if not s.vllm or s.settings.grpo.vllm_mode != "colocate":
         return {}
     if s.target.memory is None:
         if generating:
             s.notes.append("vLLM colocate takes grpo.vllm_gpu_memory_utilization of the GPU: give --gpu-memory")
         return {"vLLM CUDA graphs": VLLM_CUDA_GRAPHS}
-    share = int(s.cfg.grpo.vllm_gpu_memory_utilization * s.target.memory)
+    share = int(s.settings.grpo.vllm_gpu_memory_utilization * s.target.memory)
     items = {"vLLM CUDA graphs": VLLM_CUDA_GRAPHS}
-    if generating or not s.cfg.grpo.vllm_enable_sleep_mode:
+    if generating or not s.settings.grpo.vllm_enable_sleep_mode:
         items["vLLM (colocate share)"] = share
     return items
 
@@ -411,7 +411,7 @@ def _with_runtime(s: _Sizes, phase: Phase) -> Phase:
 
 
 def _optimizer_states(s: _Sizes) -> int:
-    name = s.cfg.optimizer.name.lower()
+    name = s.settings.optimizer.name.lower()
     states = next((n for word, n in OPTIMIZER_STATES.items() if word in name), ADAM_STATES)
     if "8bit" in name:
         per = STATE_8BIT_BYTES
@@ -430,7 +430,7 @@ def _accumulated(s: _Sizes) -> dict[str, int]:
     """The backward starts at the head, with every activation alive and no gradient yet; by its end
     the activations are freed and the gradients allocated (the optimizer step holds those). With
     gradient accumulation, the micro-batches after the first find the gradients there already."""
-    if s.cfg.optimizer.gradient_accumulation_steps > 1:
+    if s.settings.optimizer.gradient_accumulation_steps > 1:
         return {"gradients (accumulating)": s.trainable * s.trainable_bytes // s.state_shards}
     return {}
 
@@ -439,7 +439,7 @@ def _generation(s: _Sizes, completions: int) -> dict[str, int]:
     """Sampling ``completions`` at once with transformers' generate (or inside vLLM's share)."""
     arch = s.arch
     items: dict[str, int] = {}
-    if s.target.sharding == "zero3" and s.cfg.grpo.ds3_gather_for_generation:
+    if s.target.sharding == "zero3" and s.settings.grpo.ds3_gather_for_generation:
         items["weights gathered for generation"] = arch.parameters * HALF * (s.shards - 1) // s.shards
     elif s.shards > 1:
         items["gathered layers"] = arch.layer_parameters * HALF * GATHERED_LAYERS
@@ -456,8 +456,8 @@ def _generation(s: _Sizes, completions: int) -> dict[str, int]:
 
 def _loss(s: _Sizes) -> dict[str, int]:
     """One micro-batch forward with grad and back."""
-    arch, cfg = s.arch, s.cfg
-    completions = cfg.grpo.per_device_train_batch_size
+    arch, settings = s.arch, s.settings
+    completions = settings.grpo.per_device_train_batch_size
     tokens = completions * (s.prompt + s.completion)
     layer = _layer_activations(s)
     other = s.acts.outside
@@ -467,7 +467,7 @@ def _loss(s: _Sizes) -> dict[str, int]:
     head = tile * s.act_bytes + scored * arch.hidden * (FP32 + s.act_bytes)
     if not s.target.gpu:
         head += int(CPU_TILE_TEMPORARIES * tile * FP32)
-    if cfg.grpo.gradient_checkpointing:
+    if settings.grpo.gradient_checkpointing:
         # each layer's input is kept; the backward then meets the head's tiles first and one
         # recomputed layer at a time after them: whichever is larger counts
         recomputed = tokens * (other + layer)
@@ -491,7 +491,7 @@ def _layer_activations(s: _Sizes) -> float:
     arch = s.arch
     key = FP32 if s.acts.mode == "float32" else HALF
     total = s.acts.layer
-    lora = s.cfg.model.lora
+    lora = s.settings.model.lora
     if lora.enabled:
         wrapped = adapted(arch, lora.target_modules)  # averaged over the layers
         if lora.dropout > 0:
@@ -503,7 +503,7 @@ def _layer_activations(s: _Sizes) -> float:
 def _step(s: _Sizes) -> dict[str, int]:
     """The optimizer's temporaries: torch's foreach AdamW (adamw_torch on a GPU) makes one of all
     the states' size (``IN_PLACE_STEP`` make none); on the CPU it steps tensor by tensor."""
-    name = s.cfg.optimizer.name.lower()
+    name = s.settings.optimizer.name.lower()
     if any(word in name for word in IN_PLACE_STEP) or s.target.sharding in DEEPSPEED or not name.startswith("adam"):
         return {}
     if s.target.gpu:
@@ -512,7 +512,7 @@ def _step(s: _Sizes) -> dict[str, int]:
     return {"optimizer step temporaries": CPU_STEP_TEMPORARIES * largest * s.trainable_bytes}
 
 
-def _evaluates(cfg: ExperimentConfig) -> bool:
-    held_out = cfg.dataset.eval_path is not None or cfg.dataset.eval_fraction > 0
-    strategy = getattr(cfg.grpo.eval_strategy, "value", cfg.grpo.eval_strategy)
+def _evaluates(settings: ExperimentConfig) -> bool:
+    held_out = settings.dataset.eval_path is not None or settings.dataset.eval_fraction > 0
+    strategy = getattr(settings.grpo.eval_strategy, "value", settings.grpo.eval_strategy)
     return held_out and strategy != "no"

@@ -5,7 +5,7 @@ for every prompt overstates a job whose prompts are short (the shipped ones are 
 the tiny model's tokenizer, against a cap of 256). Where the plan can read the data (a shipped set,
 a local JSON file, a local ``dataset.eval_path``) and the job's tokenizer is on this machine (the
 built tiny model, a local folder, a hub tokenizer already downloaded), it counts every prompt as
-``grpo_exp.data`` does (chat template included) and keeps the longest within the cap. Otherwise
+``grpo_exp.dataset`` does (chat template included) and keeps the longest within the cap. Otherwise
 (hub data, no tokenizer offline) it plans at the cap, and says which it used.
 
 Tokenizing imports transformers (and torch with it, about 3 s here), so the count is cached per
@@ -112,9 +112,9 @@ def _key(dataset: DatasetSettings, files: list[Path], tokenizer: Path, tools: Se
 def _count(
     dataset: DatasetSettings, model: ModelSettings, files: list[Path], tokenizer: Path, tools: Sequence[str]
 ) -> int | None:
-    """The longest prompt within the cap, counted as ``grpo_exp.data`` filters them."""
+    """The longest prompt within the cap, counted as ``grpo_exp.dataset`` filters them."""
     from grpo_exp.agents.tools import resolve_tool
-    from grpo_exp.data import format_prompt, prompt_tokens
+    from grpo_exp.dataset import format_prompt, prompt_tokens
     from grpo_exp.models import load_tokenizer
 
     tok = load_tokenizer(model, str(tokenizer))

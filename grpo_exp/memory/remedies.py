@@ -43,8 +43,8 @@ Change = tuple[str, ExperimentConfig, Target]
 RemedyFn = Callable[[ExperimentConfig, Target], Change | None]
 
 
-def _smaller_batch(cfg: ExperimentConfig, target: Target) -> Change | None:
-    derived = copy.deepcopy(cfg)
+def _smaller_batch(settings: ExperimentConfig, target: Target) -> Change | None:
+    derived = copy.deepcopy(settings)
     from grpo_exp.config import batch
 
     batch.size_batch(derived, max(1, target.processes))
@@ -52,55 +52,55 @@ def _smaller_batch(cfg: ExperimentConfig, target: Target) -> Change | None:
     smaller = ARTICLE_BATCH if size > ARTICLE_BATCH and size % ARTICLE_BATCH == 0 else 1
     if size <= smaller:
         return None
-    accumulation = cfg.optimizer.gradient_accumulation_steps * size // smaller
+    accumulation = settings.optimizer.gradient_accumulation_steps * size // smaller
     derived.grpo.per_device_train_batch_size = smaller
     derived.optimizer.gradient_accumulation_steps = accumulation
     change = f"grpo.per_device_train_batch_size={smaller} optimizer.gradient_accumulation_steps={accumulation}"
     return change, derived, target
 
 
-def _checkpointing(cfg: ExperimentConfig, target: Target) -> Change | None:
-    if cfg.grpo.gradient_checkpointing:
+def _checkpointing(settings: ExperimentConfig, target: Target) -> Change | None:
+    if settings.grpo.gradient_checkpointing:
         return None
-    new = copy.deepcopy(cfg)
+    new = copy.deepcopy(settings)
     new.grpo.gradient_checkpointing = True
     return "grpo.gradient_checkpointing=true", new, target
 
 
-def _lora(cfg: ExperimentConfig, target: Target) -> Change | None:
-    if cfg.model.lora.enabled:
+def _lora(settings: ExperimentConfig, target: Target) -> Change | None:
+    if settings.model.lora.enabled:
         return None
-    new = copy.deepcopy(cfg)
+    new = copy.deepcopy(settings)
     new.model.lora.enabled = True
     new.model.master_weights = MasterWeights.float32  # bf16 master weights are for full fine-tuning only
     return "model.lora.enabled=true", new, _retarget(new, target)
 
 
-def _four_bit(cfg: ExperimentConfig, target: Target) -> Change | None:
-    if cfg.model.quantization.load_in_4bit or not target.gpu:
+def _four_bit(settings: ExperimentConfig, target: Target) -> Change | None:
+    if settings.model.quantization.load_in_4bit or not target.gpu:
         return None
-    new = copy.deepcopy(cfg)
+    new = copy.deepcopy(settings)
     new.model.lora.enabled = True
     new.model.master_weights = MasterWeights.float32
     new.model.quantization.load_in_4bit = True
     return "model.quantization.load_in_4bit=true model.lora.enabled=true", new, _retarget(new, target)
 
 
-def _eight_bit_optimizer(cfg: ExperimentConfig, target: Target) -> Change | None:
-    if "8bit" in cfg.optimizer.name or not target.gpu:
+def _eight_bit_optimizer(settings: ExperimentConfig, target: Target) -> Change | None:
+    if "8bit" in settings.optimizer.name or not target.gpu:
         return None
-    new = copy.deepcopy(cfg)
+    new = copy.deepcopy(settings)
     new.optimizer.name = "paged_adamw_8bit"
     return "optimizer.name=paged_adamw_8bit", new, target
 
 
-def _fewer_tokens(cfg: ExperimentConfig, target: Target) -> Change | None:
-    grpo = cfg.grpo
+def _fewer_tokens(settings: ExperimentConfig, target: Target) -> Change | None:
+    grpo = settings.grpo
     group = max(MIN_ADVISED_GROUP, grpo.num_generations // 2) if grpo.num_generations > MIN_ADVISED_GROUP else None
     length = max(SHORTEST_COMPLETION, grpo.max_completion_length // 2)
     if group is None and length >= grpo.max_completion_length:
         return None
-    new = copy.deepcopy(cfg)
+    new = copy.deepcopy(settings)
     words = []
     if group is not None:
         new.grpo.num_generations = group
@@ -117,13 +117,13 @@ def _fewer_tokens(cfg: ExperimentConfig, target: Target) -> Change | None:
     return " ".join(words), new, target
 
 
-def _zero3(cfg: ExperimentConfig, target: Target) -> Change | None:
+def _zero3(settings: ExperimentConfig, target: Target) -> Change | None:
     """Shard across the job's processes, or accelerate/zero3.yaml's when it has one; each device
     keeps the job's per-device batch (so a step holds more completions)."""
     if target.sharding == "zero3" or not target.gpu:
         return None
     processes = target.processes if target.processes > 1 else ZERO3_PROCESSES
-    derived = copy.deepcopy(cfg)
+    derived = copy.deepcopy(settings)
     from grpo_exp.config import batch
 
     batch.size_batch(derived, max(1, target.processes))
@@ -135,9 +135,9 @@ def _zero3(cfg: ExperimentConfig, target: Target) -> Change | None:
     return launch, derived, dataclasses.replace(target, processes=processes, sharding="zero3")
 
 
-def _retarget(cfg: ExperimentConfig, target: Target) -> Target:
+def _retarget(settings: ExperimentConfig, target: Target) -> Target:
     """LoRA and 4-bit change what the weights are stored in (the policy's 16-bit base)."""
-    return dataclasses.replace(target, weight_dtype=weight_dtype_policy(cfg, target.gpu, target.precision))
+    return dataclasses.replace(target, weight_dtype=weight_dtype_policy(settings, target.gpu, target.precision))
 
 
 REMEDIES: tuple[tuple[str, RemedyFn], ...] = (
@@ -158,18 +158,18 @@ class _Plan(Protocol):
 
 
 def find_remedies(
-    cfg: ExperimentConfig, target: Target, peak: int, plan_settings: Callable[[ExperimentConfig, Target], _Plan]
+    settings: ExperimentConfig, target: Target, peak: int, plan_settings: Callable[[ExperimentConfig, Target], _Plan]
 ) -> list[MemoryRemedy]:
     """The remedies that lower ``peak``, in the article's order, each with the peak it gives
     (``plan_settings``: memory.plan_settings, which plans a changed job again)."""
     found = []
     for name, remedy in REMEDIES:
         try:
-            change = remedy(cfg, target)
+            change = remedy(settings, target)
             if change is None:
                 continue
-            words, new_cfg, new_target = change
-            plan = plan_settings(new_cfg, new_target)
+            words, new_settings, new_target = change
+            plan = plan_settings(new_settings, new_target)
         except UserError:  # the change doesn't make a valid job here (e.g. its batch can't hold whole groups)
             continue
         if plan.peak_bytes < peak:

@@ -42,7 +42,7 @@ class Target:
 
 
 def job_target(
-    cfg: ExperimentConfig,
+    settings: ExperimentConfig,
     layout: Any,
     gpu_memory: int | None,
     sharding: str | None = None,
@@ -52,16 +52,16 @@ def job_target(
     needs one (4-bit weights). Precision and dtypes are the layout's (``config.layout``'s policy)
     when it decided for the same device, else this module's copy of that policy. ``simulated``:
     the layout's GPU is a planned one, whose memory only ``gpu_memory`` tells."""
-    gpu = bool(layout.gpu) or gpu_memory is not None or cfg.model.quantization.load_in_4bit
+    gpu = bool(layout.gpu) or gpu_memory is not None or settings.model.quantization.load_in_4bit
     processes = int(getattr(layout, "processes", 1))
     precision = _value(getattr(layout, "precision", None)) if gpu == bool(layout.gpu) else None
     if precision is None:
-        precision = precision_policy(cfg, gpu)
-        weights = reference = weight_dtype_policy(cfg, gpu, precision)
-        if gpu and not cfg.model.lora.enabled:
+        precision = precision_policy(settings, gpu)
+        weights = reference = weight_dtype_policy(settings, gpu, precision)
+        if gpu and not settings.model.lora.enabled:
             reference = SIXTEEN_BIT_DTYPE.get(precision, "float32")
     else:
-        weights = getattr(layout, "weight_dtype", None) or weight_dtype_policy(cfg, gpu, precision)
+        weights = getattr(layout, "weight_dtype", None) or weight_dtype_policy(settings, gpu, precision)
         reference = getattr(layout, "reference_dtype", None) or weights
     if gpu_memory is not None:
         memory, source = gpu_memory, "--gpu-memory"
@@ -86,21 +86,21 @@ def _value(value: Any) -> str | None:
     return None if value is None else str(getattr(value, "value", value))
 
 
-def precision_policy(cfg: ExperimentConfig, gpu: bool) -> str:
+def precision_policy(settings: ExperimentConfig, gpu: bool) -> str:
     """The autocast a job gets: bf16 on a GPU (native bf16 assumed) unless grpo.bf16/fp16 say
     otherwise; none (fp32) on the CPU."""
-    if not gpu or (cfg.grpo.bf16 is False and not cfg.grpo.fp16):
+    if not gpu or (settings.grpo.bf16 is False and not settings.grpo.fp16):
         return "fp32"
-    return "fp16" if cfg.grpo.fp16 else "bf16"
+    return "fp16" if settings.grpo.fp16 else "bf16"
 
 
-def weight_dtype_policy(cfg: ExperimentConfig, gpu: bool, precision: str) -> str:
+def weight_dtype_policy(settings: ExperimentConfig, gpu: bool, precision: str) -> str:
     """What weights are stored in: fp32 master weights for full fine-tuning (16-bit autocast on
     top) unless ``model.master_weights=bfloat16``; LoRA/QLoRA keep the frozen base (a 4-bit base's
     unquantized layers) in the model's 16-bit dtype; the CPU trains in fp32."""
     if not gpu:
         return "float32"
-    model = cfg.model
+    model = settings.model
     if model.lora.enabled or model.quantization.load_in_4bit:
         if precision not in SIXTEEN_BIT:
             return "float32"

@@ -34,11 +34,11 @@ class ModelSource:
 class Source(Protocol):
     """A ``model.source``: resolves the config to a ``ModelSource`` cheaply, and makes it loadable."""
 
-    def resolve(self, cfg: ModelSettings) -> ModelSource: ...
+    def resolve(self, model: ModelSettings) -> ModelSource: ...
 
-    def prepare(self, cfg: ModelSettings) -> str: ...
+    def prepare(self, model: ModelSettings) -> str: ...
 
-    def tokenizer(self, cfg: ModelSettings, path: str) -> Any: ...
+    def tokenizer(self, model: ModelSettings, path: str) -> Any: ...
 
 
 SOURCES: Registry[Source] = Registry("model.source")
@@ -47,10 +47,10 @@ SOURCES: Registry[Source] = Registry("model.source")
 class _Tiny:
     """The embedded model, built once per recipe into the cache."""
 
-    def resolve(self, cfg: ModelSettings) -> ModelSource:
+    def resolve(self, model: ModelSettings) -> ModelSource:
         from grpo_exp.models import tiny, warmup
 
-        recipe = cfg.recipe
+        recipe = model.recipe
         if recipe is None:
             raise UserError("model.source=tiny needs a model.recipe block (see conf/model/tiny.yaml)")
         unknown = sorted(set(recipe.scenarios) - set(warmup.scenarios()))
@@ -61,13 +61,13 @@ class _Tiny:
         key = tiny.recipe_key(recipe)
         return ModelSource("tiny", str(tiny.cache_path(key)), key)
 
-    def prepare(self, cfg: ModelSettings) -> str:
+    def prepare(self, model: ModelSettings) -> str:
         from grpo_exp.models.tiny import ensure_built
 
-        assert cfg.recipe is not None  # resolve() said so in the preflight
-        return str(ensure_built(cfg.recipe))
+        assert model.recipe is not None  # resolve() said so in the preflight
+        return str(ensure_built(model.recipe))
 
-    def tokenizer(self, cfg: ModelSettings, path: str) -> Any:
+    def tokenizer(self, model: ModelSettings, path: str) -> Any:
         """The tokenizer exactly as built: AutoTokenizer would take the Qwen2 class from the model's config
         and put Qwen2's pre-tokenizer in place of the one the warm-up trained with."""
         from transformers import PreTrainedTokenizerFast
@@ -78,38 +78,38 @@ class _Tiny:
 class _Pretrained:
     """A hub id or a local folder, loaded as it is."""
 
-    def resolve(self, cfg: ModelSettings) -> ModelSource:
-        return ModelSource("pretrained", cfg.name_or_path)
+    def resolve(self, model: ModelSettings) -> ModelSource:
+        return ModelSource("pretrained", model.name_or_path)
 
-    def prepare(self, cfg: ModelSettings) -> str:
-        return cfg.name_or_path
+    def prepare(self, model: ModelSettings) -> str:
+        return model.name_or_path
 
-    def tokenizer(self, cfg: ModelSettings, path: str) -> Any:
+    def tokenizer(self, model: ModelSettings, path: str) -> Any:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.trust_remote_code)
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=model.trust_remote_code)
 
 
 SOURCES.register("tiny")(_Tiny())
 SOURCES.register("pretrained")(_Pretrained())
 
 
-def resolve(cfg: ModelSettings) -> ModelSource:
+def resolve(model: ModelSettings) -> ModelSource:
     """The model a job would start from, checked, without building or loading anything."""
-    return SOURCES.get(cfg.source).resolve(cfg)
+    return SOURCES.get(model.source).resolve(model)
 
 
-def model_path(cfg: ModelSettings) -> str:
+def model_path(model: ModelSettings) -> str:
     """The ``from_pretrained`` path (hub id or folder) for this model config, built first if need be."""
-    return SOURCES.get(cfg.source).prepare(cfg)
+    return SOURCES.get(model.source).prepare(model)
 
 
-def load(cfg: ModelSettings, path: str, layout: Layout | None = None) -> tuple[Any, Any]:
+def load(model: ModelSettings, path: str, layout: Layout | None = None) -> tuple[Any, Any]:
     """Model and tokenizer from ``path``, as ``layout`` says (None: float32 on the CPU)."""
-    return load_model(cfg, path, layout), load_tokenizer(cfg, path)
+    return load_model(model, path, layout), load_tokenizer(model, path)
 
 
-def load_model(cfg: ModelSettings, path: str, layout: Layout | None = None) -> Any:
+def load_model(model: ModelSettings, path: str, layout: Layout | None = None) -> Any:
     """The model at ``path`` in the layout's weight dtype, 4-bit when configured.
 
     Loaded after the job's distributed state exists (``trainer.build_trainer``), so DeepSpeed's
@@ -120,18 +120,18 @@ def load_model(cfg: ModelSettings, path: str, layout: Layout | None = None) -> A
     from transformers import AutoModelForCausalLM
 
     dtype = layout.weight_dtype if layout is not None else "float32"
-    kwargs: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code, "dtype": getattr(torch, dtype)}
-    if cfg.attn_implementation:
-        kwargs["attn_implementation"] = cfg.attn_implementation
-    if cfg.quantization.load_in_4bit:
+    kwargs: dict[str, Any] = {"trust_remote_code": model.trust_remote_code, "dtype": getattr(torch, dtype)}
+    if model.attn_implementation:
+        kwargs["attn_implementation"] = model.attn_implementation
+    if model.quantization.load_in_4bit:
         from transformers import BitsAndBytesConfig
 
         assert layout is not None and layout.gpu  # the layout check refused 4-bit without a GPU
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True,
-            bnb_4bit_quant_type=cfg.quantization.quant_type,
+            bnb_4bit_quant_type=model.quantization.quant_type,
             bnb_4bit_compute_dtype=getattr(torch, layout.precision.dtype),
-            bnb_4bit_use_double_quant=cfg.quantization.double_quant,
+            bnb_4bit_use_double_quant=model.quantization.double_quant,
         )
         kwargs["device_map"] = {"": layout.local_rank}
     # A 4-bit base is not passed through peft's prepare_model_for_kbit_training: its float32 upcast of
@@ -160,25 +160,25 @@ def keep_adapter_dtype(model: Any, layout: Layout) -> int:
     return changed
 
 
-def load_tokenizer(cfg: ModelSettings, path: str) -> Any:
+def load_tokenizer(model: ModelSettings, path: str) -> Any:
     """The tokenizer at ``path``, with a padding token (the end-of-sequence one when it has none)."""
-    tokenizer = SOURCES.get(cfg.source).tokenizer(cfg, path)
+    tokenizer = SOURCES.get(model.source).tokenizer(model, path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
-def lora_config(cfg: ModelSettings) -> LoraConfig | None:
+def lora_config(model: ModelSettings) -> LoraConfig | None:
     """The peft config GRPOTrainer wraps the model with, when LoRA is on."""
-    if not cfg.lora.enabled:
+    if not model.lora.enabled:
         return None
     from peft import LoraConfig
 
-    targets = cfg.lora.target_modules
+    targets = model.lora.target_modules
     return LoraConfig(
-        r=cfg.lora.r,
-        lora_alpha=cfg.lora.alpha,
-        lora_dropout=cfg.lora.dropout,
+        r=model.lora.r,
+        lora_alpha=model.lora.alpha,
+        lora_dropout=model.lora.dropout,
         target_modules=targets if isinstance(targets, str) else list(targets),
         task_type="CAUSAL_LM",
     )

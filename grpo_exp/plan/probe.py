@@ -52,7 +52,7 @@ def probe(spec: JobSpec) -> dict[str, Any]:
 
     Returns ``{"parts": {name: {"verdict", "mean", "group_std", "alike": {size: share}, "truncated",
     "remedy", ...}}, "prompts", "samples_per_prompt", "num_generations", ...}``, all JSON-ready."""
-    from grpo_exp import data, models
+    from grpo_exp import dataset, models
     from grpo_exp.training.profile import Sampler, sample_rows
 
     started = time.perf_counter()
@@ -64,7 +64,7 @@ def probe(spec: JobSpec) -> dict[str, Any]:
     _seed(settings.seed, settings.threads)
     with library_bars_off():  # the probe's table is the output
         model, tokenizer = models.load(settings.model, models.model_path(settings.model), spec.layout)
-        prompts = data.load_splits(settings.dataset, tokenizer, spec.tools)[0]
+        prompts = dataset.load_splits(settings.dataset, tokenizer, spec.tools)[0]
     if spec.layout.gpu and not settings.model.quantization.load_in_4bit:
         model = model.to(f"cuda:{spec.layout.local_rank}")
     rows = [prompts[i] for i in sample_rows(len(prompts), settings.probe.prompts, settings.seed)]

@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from grpo_exp import data, models
+from grpo_exp import dataset, models
 from grpo_exp.config import checks
 from grpo_exp.config.layout import Layout
 from grpo_exp.config.schema import ModelSettings, OnCollapse
@@ -131,7 +131,7 @@ class AdaptiveStages:
         if self.prompts is None:
             cfg = self.spec.settings.model
             tokenizer = tokenizer or models.load_tokenizer(cfg, models.model_path(cfg))
-            self.prompts = data.load_splits(self.spec.settings.dataset, tokenizer, self.spec.tools)[0]
+            self.prompts = dataset.load_splits(self.spec.settings.dataset, tokenizer, self.spec.tools)[0]
         return self.prompts
 
     def _profile(self, model: Any, tokenizer: Any, prompts: Any) -> dict[str, Any]:
@@ -188,15 +188,15 @@ class AdaptiveStages:
         return entry
 
 
-def load_policy(cfg: ModelSettings, checkpoint: Path | None, layout: Layout | None = None) -> tuple[Any, Any]:
+def load_policy(settings: ModelSettings, checkpoint: Path | None, layout: Layout | None = None) -> tuple[Any, Any]:
     """The model as trained up to ``checkpoint`` (the base model without one), and its tokenizer.
 
     A full fine-tune's checkpoint holds the whole model; a LoRA one, the adapter over the base."""
-    base = models.model_path(cfg)
+    base = models.model_path(settings)
     adapter = checkpoint is not None and (checkpoint / ADAPTER_CONFIG).is_file()
-    model = models.load_model(cfg, str(checkpoint) if checkpoint is not None and not adapter else base, layout)
+    model = models.load_model(settings, str(checkpoint) if checkpoint is not None and not adapter else base, layout)
     if adapter:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(checkpoint))
-    return model, models.load_tokenizer(cfg, base)
+    return model, models.load_tokenizer(settings, base)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import trl.trainer.grpo_trainer as grpo_module
 from trl import GRPOConfig, GRPOTrainer
 
-from grpo_exp import data, models
+from grpo_exp import dataset, models
 from grpo_exp.config import batch
 from grpo_exp.config.layout import Layout
 from grpo_exp.config.schema import ExperimentConfig
@@ -100,7 +100,7 @@ def build_trainer(
         torch.set_num_threads(settings.threads)
     path = models.model_path(settings.model)
     tokenizer = models.load_tokenizer(settings.model, path)
-    prompts, held_out = data.load_splits(settings.dataset, tokenizer, spec.tools)
+    prompts, held_out = dataset.load_splits(settings.dataset, tokenizer, spec.tools)
     args = grpo_config(
         settings,
         spec.layout,

@@ -43,70 +43,70 @@ def builtin_names() -> list[str]:
 
 
 @LOADERS.register("builtin")
-def _load_builtin(cfg: DatasetSettings) -> Dataset:
-    return _from_records(read_records(_builtin_path(cfg)), cfg)
+def _load_builtin(data: DatasetSettings) -> Dataset:
+    return _from_records(read_records(_builtin_path(data)), data)
 
 
 @LOADERS.register("json")
-def _load_json(cfg: DatasetSettings) -> Dataset:
-    return _from_records(read_records(Path(str(cfg.path))), cfg)
+def _load_json(data: DatasetSettings) -> Dataset:
+    return _from_records(read_records(Path(str(data.path))), data)
 
 
 @LOADERS.register("hub")
-def _load_hub(cfg: DatasetSettings) -> Dataset:
+def _load_hub(data: DatasetSettings) -> Dataset:
     from datasets import load_dataset
 
-    dataset = load_dataset(cfg.name, cfg.subset, split=cfg.split)
-    if cfg.prompt_field not in dataset.column_names:
-        raise UserError(f"{cfg.name} has no {cfg.prompt_field!r} column (columns: {dataset.column_names})")
-    if cfg.num_samples:
-        dataset = dataset.select(range(min(cfg.num_samples, len(dataset))))
-    if cfg.reference_field:  # no file to check before the model loads: the references are checked here
+    dataset = load_dataset(data.name, data.subset, split=data.split)
+    if data.prompt_field not in dataset.column_names:
+        raise UserError(f"{data.name} has no {data.prompt_field!r} column (columns: {dataset.column_names})")
+    if data.num_samples:
+        dataset = dataset.select(range(min(data.num_samples, len(dataset))))
+    if data.reference_field:  # no file to check before the model loads: the references are checked here
         from grpo_exp.rewards.math import check_references
 
-        check_references(list(dataset), cfg.reference_field, cfg.reference_marker, f"{cfg.name} ({cfg.split})")
-    return dataset.map(lambda r: {"prompt": format_prompt(r[cfg.prompt_field], cfg), **_reference(r, cfg)})
+        check_references(list(dataset), data.reference_field, data.reference_marker, f"{data.name} ({data.split})")
+    return dataset.map(lambda r: {"prompt": format_prompt(r[data.prompt_field], data), **_reference(r, data)})
 
 
-def _from_records(records: list[dict[str, Any]], cfg: DatasetSettings) -> Dataset:
+def _from_records(records: list[dict[str, Any]], data: DatasetSettings) -> Dataset:
     """Prompts shaped before Arrow sees them, so files may mix plain and chat prompts."""
     import pyarrow
     from datasets import Dataset
 
     rows = [
-        {**r, "prompt": format_prompt(r[cfg.prompt_field], cfg), **_reference(r, cfg)}
-        for r in records[: cfg.num_samples or None]
+        {**r, "prompt": format_prompt(r[data.prompt_field], data), **_reference(r, data)}
+        for r in records[: data.num_samples or None]
     ]
     try:
         return Dataset.from_list(rows)
     except pyarrow.ArrowException as exc:
         raise UserError(
-            f"records of {cfg.name or cfg.path} don't share one shape ({exc}); with dataset.chat=false every "
+            f"records of {data.name or data.path} don't share one shape ({exc}); with dataset.chat=false every "
             "prompt must be a string, or every one a list of messages"
         ) from None
 
 
-def _builtin_path(cfg: DatasetSettings) -> Path:
-    if cfg.name not in builtin_names():
-        raise UserError(f"no shipped dataset {cfg.name!r}; shipped: {', '.join(builtin_names())}")
-    return shipped_file(f"{cfg.name}.jsonl")
+def _builtin_path(data: DatasetSettings) -> Path:
+    if data.name not in builtin_names():
+        raise UserError(f"no shipped dataset {data.name!r}; shipped: {', '.join(builtin_names())}")
+    return shipped_file(f"{data.name}.jsonl")
 
 
-def check_dataset(cfg: DatasetSettings) -> set[str] | None:
+def check_dataset(data: DatasetSettings) -> set[str] | None:
     """Fail early, in one line, on a dataset the trainer could not use; its columns (None: unknown yet)."""
-    LOADERS.get(cfg.source)
-    held_out = _check_file(_existing(cfg.eval_path, "dataset.eval_path"), cfg) if cfg.eval_path else None
-    if cfg.source == "hub":
-        if not cfg.name:
+    LOADERS.get(data.source)
+    held_out = _check_file(_existing(data.eval_path, "dataset.eval_path"), data) if data.eval_path else None
+    if data.source == "hub":
+        if not data.name:
             raise UserError("dataset=hub needs a name: add dataset.name=<hub dataset>")
         return None
-    if cfg.source == "json":
-        if not cfg.path:
+    if data.source == "json":
+        if not data.path:
             raise UserError("dataset=json needs a file: add dataset.path=prompts.json")
-        path = _existing(cfg.path, "dataset.path")
+        path = _existing(data.path, "dataset.path")
     else:
-        path = _builtin_path(cfg)
-    columns = _check_file(path, cfg)
+        path = _builtin_path(data)
+    columns = _check_file(path, data)
     return columns if held_out is None else columns & held_out  # the rewards see columns both sets have
 
 
@@ -116,40 +116,40 @@ def _existing(path: str, key: str) -> Path:
     return Path(path)
 
 
-def _check_file(path: Path, cfg: DatasetSettings) -> set[str]:
+def _check_file(path: Path, data: DatasetSettings) -> set[str]:
     """The columns of a prompt file, or one line saying why it can't be used."""
     if not path.read_text(encoding="utf-8").strip():
-        raise UserError(f"{path} is empty: it needs records with a {cfg.prompt_field!r} field")
+        raise UserError(f"{path} is empty: it needs records with a {data.prompt_field!r} field")
     records = read_records(path)
     if not records:
-        raise UserError(f"{path} holds no records: it needs records with a {cfg.prompt_field!r} field")
-    lacking = [i for i, record in enumerate(records) if cfg.prompt_field not in record]
+        raise UserError(f"{path} holds no records: it needs records with a {data.prompt_field!r} field")
+    lacking = [i for i, record in enumerate(records) if data.prompt_field not in record]
     if len(lacking) == len(records):
         fields = sorted(records[0])
-        guess = _prompt_like(cfg.prompt_field, records[0])
+        guess = _prompt_like(data.prompt_field, records[0])
         hint = f"; if the prompts are in {guess!r}, add dataset.prompt_field={guess}" if guess else ""
-        raise UserError(f"{path}: records have no {cfg.prompt_field!r} field (fields found: {fields}){hint}")
+        raise UserError(f"{path}: records have no {data.prompt_field!r} field (fields found: {fields}){hint}")
     if lacking:
         raise UserError(
-            f"{path}: {len(lacking)} of {len(records)} records have no {cfg.prompt_field!r} field "
+            f"{path}: {len(lacking)} of {len(records)} records have no {data.prompt_field!r} field "
             f"(the first is record {lacking[0] + 1}); fix or remove them"
         )
     columns = {"prompt", *(key for record in records for key in record)}
-    if cfg.reference_field:
+    if data.reference_field:
         from grpo_exp.rewards.math import check_references
 
-        check_references(records, cfg.reference_field, cfg.reference_marker, str(path), _record_lines(path))
+        check_references(records, data.reference_field, data.reference_marker, str(path), _record_lines(path))
         columns.add(REFERENCE_COLUMN)
     return columns
 
 
-def _reference(record: dict[str, Any], cfg: DatasetSettings) -> dict[str, Any]:
+def _reference(record: dict[str, Any], data: DatasetSettings) -> dict[str, Any]:
     """The record's verifiable answer as its ``reference_answer`` column (none without ``dataset.reference_field``)."""
-    if not cfg.reference_field:
+    if not data.reference_field:
         return {}
     from grpo_exp.rewards.math import reference_after
 
-    return {REFERENCE_COLUMN: reference_after(record.get(cfg.reference_field), cfg.reference_marker)}
+    return {REFERENCE_COLUMN: reference_after(record.get(data.reference_field), data.reference_marker)}
 
 
 def _record_lines(path: Path) -> list[int]:
@@ -176,7 +176,7 @@ def _prompt_like(wanted: str, record: dict[str, Any]) -> str | None:
 
 
 def load_splits(
-    cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase, tools: Sequence[Any] = ()
+    data: DatasetSettings, tokenizer: PreTrainedTokenizerBase, tools: Sequence[Any] = ()
 ) -> tuple[Dataset, Dataset | None]:
     """Training prompts and held-out prompts (None when evaluation is off), never sharing a prompt.
 
@@ -185,28 +185,28 @@ def load_splits(
     ``dataset.split_seed``: fixed apart from the job's seed, so every job of a sweep, seeds
     included, is scored on the same prompts.
     """
-    dataset = load_prompts(cfg, tokenizer, tools)
-    if cfg.eval_path:
-        own = dataclasses.replace(cfg, num_samples=None)
-        records = _from_records(read_records(Path(cfg.eval_path)), own)
-        held_out = _drop_long(records, cfg, tokenizer, cfg.eval_path, tools)
+    dataset = load_prompts(data, tokenizer, tools)
+    if data.eval_path:
+        own = dataclasses.replace(data, num_samples=None)
+        records = _from_records(read_records(Path(data.eval_path)), own)
+        held_out = _drop_long(records, data, tokenizer, data.eval_path, tools)
         seen = {prompt_key(p) for p in held_out["prompt"]}
         train = dataset.filter(lambda r: prompt_key(r["prompt"]) not in seen)
         if shared := len(dataset) - len(train):
-            log.warning("dropped %d training prompts that are also in %s", shared, cfg.eval_path)
+            log.warning("dropped %d training prompts that are also in %s", shared, data.eval_path)
         if not len(train):
-            raise UserError(f"every training prompt is also in dataset.eval_path={cfg.eval_path}: nothing to train on")
+            raise UserError(f"every training prompt is also in dataset.eval_path={data.eval_path}: nothing to train on")
         return train, held_out
-    if not cfg.eval_fraction:
+    if not data.eval_fraction:
         return dataset, None
     keys = list(dict.fromkeys(prompt_key(p) for p in dataset["prompt"]))
-    size = min(math.ceil(len(keys) * cfg.eval_fraction), len(keys) - 1)
+    size = min(math.ceil(len(keys) * data.eval_fraction), len(keys) - 1)
     if size < 1:
         log.warning(
             "only %d distinct prompt(s): no held-out evaluation (add prompts or a dataset.eval_path)", len(keys)
         )
         return dataset, None
-    chosen = set(random.Random(cfg.split_seed).sample(keys, size))
+    chosen = set(random.Random(data.split_seed).sample(keys, size))
     rows = [prompt_key(p) in chosen for p in dataset["prompt"]]
     train = dataset.select([i for i, held in enumerate(rows) if not held])
     held_out = dataset.select([i for i, held in enumerate(rows) if held])
@@ -214,7 +214,7 @@ def load_splits(
         "held out %d of %d prompts for evaluation (dataset.eval_fraction=%g)",
         len(held_out),
         len(dataset),
-        cfg.eval_fraction,
+        data.eval_fraction,
     )
     return train, held_out
 
@@ -224,32 +224,32 @@ def prompt_key(prompt: Any) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False, sort_keys=True)
 
 
-def load_prompts(cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase, tools: Sequence[Any] = ()) -> Dataset:
+def load_prompts(data: DatasetSettings, tokenizer: PreTrainedTokenizerBase, tools: Sequence[Any] = ()) -> Dataset:
     """Every prompt of the dataset: a ``prompt`` column in the shape TRL expects, long prompts dropped
     (counted with the ``tools`` an agent's prompts show the model)."""
-    dataset = _drop_long(LOADERS.get(cfg.source)(cfg), cfg, tokenizer, cfg.name or cfg.path, tools)
-    log.info("loaded %d prompts (%s)", len(dataset), cfg.name or cfg.path)
+    dataset = _drop_long(LOADERS.get(data.source)(data), data, tokenizer, data.name or data.path, tools)
+    log.info("loaded %d prompts (%s)", len(dataset), data.name or data.path)
     return dataset
 
 
 def _drop_long(
-    dataset: Dataset, cfg: DatasetSettings, tokenizer: PreTrainedTokenizerBase, source: Any, tools: Sequence[Any] = ()
+    dataset: Dataset, data: DatasetSettings, tokenizer: PreTrainedTokenizerBase, source: Any, tools: Sequence[Any] = ()
 ) -> Dataset:
     before = len(dataset)
-    dataset = dataset.filter(lambda r: prompt_tokens(r["prompt"], tokenizer, tools) <= cfg.max_prompt_tokens)
+    dataset = dataset.filter(lambda r: prompt_tokens(r["prompt"], tokenizer, tools) <= data.max_prompt_tokens)
     dropped = before - len(dataset)
     if dropped:
-        log.warning("dropped %d of %d prompts longer than %d tokens", dropped, before, cfg.max_prompt_tokens)
+        log.warning("dropped %d of %d prompts longer than %d tokens", dropped, before, data.max_prompt_tokens)
     if not len(dataset):
-        raise UserError(f"every prompt of {source} is longer than dataset.max_prompt_tokens={cfg.max_prompt_tokens}")
+        raise UserError(f"every prompt of {source} is longer than dataset.max_prompt_tokens={data.max_prompt_tokens}")
     return dataset
 
 
-def format_prompt(prompt: Any, cfg: DatasetSettings) -> Any:
+def format_prompt(prompt: Any, data: DatasetSettings) -> Any:
     """A string prompt, or a list of chat messages when ``dataset.chat`` is on."""
-    if not cfg.chat or not isinstance(prompt, str):
+    if not data.chat or not isinstance(prompt, str):
         return prompt
-    system = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
+    system = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []
     return [*system, {"role": "user", "content": prompt}]
 
 
