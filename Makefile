@@ -8,6 +8,7 @@
 #   make test-slow                # also the long end-to-end runs
 #   make test-low                 # training tests at the low end of the supported range (constraints/low.txt)
 #   make wheelhouse               # every wheel the set-up needs, in wheelhouse/, for a node without an index
+#   make docs                     # the docs/ site (mkdocs-material), built into site/
 #
 # TORCH picks the torch build: the default is the CPU build this project is tested with. On a GPU
 # machine `make setup TORCH=torch` (pip picks the CUDA build for the system; a torch that another
@@ -19,7 +20,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEFAULT_TORCH := torch==2.13.0
-DEFAULT_EXTRAS := dev,sweeps,optuna,dashboard,ray,trackio,browser
+DEFAULT_EXTRAS := dev,sweeps,optuna,dashboard,ray,trackio,browser,docs
 # The last set-up's TORCH, EXTRAS, WHEELHOUSE and CONSTRAINTS (SETUP_*); given anew, they set up again.
 # (No rule makes the record itself: make would remake an included file even under `make -n`.)
 SETUP_RECORD := $(VENV)/setup.mk
@@ -41,7 +42,7 @@ TORCH_REQUIREMENT := $(if $(filter none,$(TORCH)),,"$(TORCH)")
 CHOICES := $(TORCH)|$(EXTRAS)|$(WHEELHOUSE)|$(CONSTRAINTS)
 RECORDED := $(SETUP_TORCH)|$(SETUP_EXTRAS)|$(SETUP_WHEELHOUSE)|$(SETUP_CONSTRAINTS)
 
-.PHONY: setup run test test-slow test-low lint sandbox-tools browser-tools wheelhouse FORCE
+.PHONY: setup run test test-slow test-low lint docs sandbox-tools browser-tools wheelhouse FORCE
 
 setup: $(STAMP) sandbox-tools browser-tools
 
@@ -84,6 +85,10 @@ test-slow: setup
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# The documentation site (mkdocs.yml, docs/); --strict fails on a broken link or a page missing from the nav.
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir site
 
 # The same test command in a second venv at the low end of pyproject's range (the stack the vllm
 # extra resolves, with CPU torch), on tests that train and build TRL's config: the default run's

@@ -1,6 +1,6 @@
 """Does the support agent learn to call its tools? ``+recipe=support_agent`` on the embedded model, per seed.
 
-For each seed, one run as README gives it (``python run.py +recipe=support_agent``, no W&B), and
+For each seed, one run as docs/rewards.md gives it (``python run.py +recipe=support_agent``, no W&B), and
 from its held-out evaluations (24 requests the trainer never sees, 8 rollouts each): the share of
 rollouts whose first call is the right tool with valid arguments (``tool_call``) and whose final
 reply states what the tool returned (``answer``), before the first step and after the last; plus

@@ -24,7 +24,7 @@ wraps TRL's ``GRPOTrainer._generate`` and ``VLLMGeneration.sync_weights`` once T
 A case that can't run here (no vLLM, one GPU, ...) is reported as skipped with its reason.
 
 It runs with whichever Python starts it (the jobs use the same interpreter): a venv from ``make setup``,
-or a GPU node's own Python and torch with the project installed offline (README, "Offline GPU nodes")::
+or a GPU node's own Python and torch with the project installed offline (docs/offline.md)::
 
     python benchmarks/gpu_check.py                            # every case, about 6-7 minutes
     python benchmarks/gpu_check.py --cases precision,vllm --out /scratch/gpu_check

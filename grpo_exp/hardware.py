@@ -169,7 +169,7 @@ def keep_gpu(index: int) -> None:
             raise UserError(
                 f"{torch.cuda.device_count()} GPUs are visible to a plain run, and CUDA started before the job "
                 f"could keep one (TRL refuses nn.DataParallel): set {VISIBLE_ENV}={index}, or launch with "
-                'accelerate (README "Scaling up")'
+                'accelerate (docs/gpus.md, "Scaling up")'
             )
         return
     listed = os.environ.get(VISIBLE_ENV)

@@ -5,7 +5,7 @@ is the last step of the job spec, so a bad config is refused before torch is eve
 a job that can't have what it asks for (``device=cuda`` without a usable GPU, 4-bit on the CPU)
 is refused before any model loads.
 
-The precision policy (README "Real models on a GPU", conf/model/*.yaml next to ``dtype``). The
+The precision policy (docs/gpus.md, "Real models on a GPU"; conf/model/*.yaml next to ``dtype``). The
 autocast is bf16 on a GPU with native bf16, fp16 (with a grad scaler) from compute capability 7.0,
 and fp32 below that and on the CPU (where ``grpo.bf16=true`` asks for bf16):
 

@@ -13,7 +13,7 @@ dropped, to keep replies short), then:
 
 The warm-up replies cover every shipped problem, held-out ones included: the model has seen each
 reference in some of its replies, so what GRPO can raise on them is recall of that number, not
-arithmetic (README "Verifiable math" says what it reaches).
+arithmetic (docs/rewards.md, "Verifiable math", says what it reaches).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ class SweepReport(Callback):
 
 
 class SweepDashboard(Callback):
-    """The sweep's W&B view when a multirun ends (``python -m grpo_exp.dashboard``, see README).
+    """The sweep's W&B view when a multirun ends (``python -m grpo_exp.dashboard``, see docs/tracking.md).
 
     ``mode``: ``off``; ``spec`` writes ``<sweep dir>/report/wandb_view.json`` only; ``save`` also
     saves the view on W&B when logged in. Like the report, it never fails the sweep: an unknown
