@@ -9,6 +9,7 @@
 #   make test-low                 # training tests at the low end of the supported range (constraints/low.txt)
 #   make wheelhouse               # every wheel the set-up needs, in wheelhouse/, for a node without an index
 #   make docs                     # the docs/ site (mkdocs-material), built into site/
+#   make docs-images              # the docs' pictures (docs/images/*.png) from a real tiny sweep, in Chromium
 #
 # TORCH picks the torch build: the default is the CPU build this project is tested with. On a GPU
 # machine `make setup TORCH=torch` (pip picks the CUDA build for the system; a torch that another
@@ -42,7 +43,7 @@ TORCH_REQUIREMENT := $(if $(filter none,$(TORCH)),,"$(TORCH)")
 CHOICES := $(TORCH)|$(EXTRAS)|$(WHEELHOUSE)|$(CONSTRAINTS)
 RECORDED := $(SETUP_TORCH)|$(SETUP_EXTRAS)|$(SETUP_WHEELHOUSE)|$(SETUP_CONSTRAINTS)
 
-.PHONY: setup run test test-slow test-low lint docs sandbox-tools browser-tools wheelhouse FORCE
+.PHONY: setup run test test-slow test-low lint docs docs-images sandbox-tools browser-tools wheelhouse FORCE
 
 setup: $(STAMP) sandbox-tools browser-tools
 
@@ -89,6 +90,10 @@ lint: setup
 # The documentation site (mkdocs.yml, docs/); --strict fails on a broken link or a page missing from the nav.
 docs: setup
 	$(BIN)/mkdocs build --strict --site-dir site
+# The docs site's pictures: a 2 x 2 tiny sweep logged to trackio (a few minutes on the CPU), its
+# report's reward curves and heatmap, and trackio's dashboard of it photographed in Chromium.
+docs-images: setup
+	$(BIN)/python tools/docs_images.py
 
 # The same test command in a second venv at the low end of pyproject's range (the stack the vllm
 # extra resolves, with CPU torch), on tests that train and build TRL's config: the default run's

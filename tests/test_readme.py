@@ -1,14 +1,20 @@
-"""Every command in README.md's code blocks runs as written (on the CPU, with few steps).
+"""Every command in README.md and the docs site's pages (docs/**/*.md) runs as written (on the CPU,
+with few steps), and the pages' links and pictures hold.
 
 Commands that need a GPU, a model or dataset hub, or a W&B server are listed in ``SKIPPED`` with
-the reason; a README command that is neither run nor listed fails the test, and so does a listed
-one that left the README. The fast tier checks every job of every command the way run.py does
-before training (composed, validated, rewards built); the slow tier runs them all, one step each.
+the reason; a command that is neither run nor listed fails the test, and so does a listed one that
+left every page. The fast tier checks every job of every command the way run.py does before
+training (composed, validated, rewards built); the slow tier runs them all, one step each. Each
+command carries the pages it came from, for test ids and failure messages.
 
 Commands written inline, in tables and prose (`` `python run.py --help` ``, `` `make run ARGS="…"` ``),
 are checked too: each ``python run.py`` one (and ``make run ARGS=…``) is preflighted with the block
 commands unless it holds a placeholder (``…``, ``<sweep folder>``); every ``python -m grpo_exp.<module>``
 named anywhere must be runnable with ``-m``, and every ``make <target>`` must be a Makefile target.
+
+The site is checked without mkdocs: every relative link names a file that exists (a docs page's
+link stays inside docs/, the only folder mkdocs serves), every ``#anchor`` is a heading of its
+target, and every picture under docs/images is small enough for the repository.
 """
 
 from __future__ import annotations
@@ -20,13 +26,30 @@ import shlex
 import shutil
 import subprocess
 import sys
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
 from tests.conftest import FIXTURES, ROOT
 
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+
+
+def markdown_files() -> list[Path]:
+    """README.md, then the docs site's pages in path order (none before the site exists)."""
+    return [README, *sorted(DOCS.glob("**/*.md"))]
+
+
+# The pages whose commands and links the tests check; functions take another list to try a draft.
+MARKDOWN = markdown_files()
+# Pictures the pages show live here, each under this size (the repository keeps every version).
+IMAGES = DOCS / "images"
+MAX_IMAGE_BYTES = 300_000
 # Appended to every run.py command: one step, no W&B, so the whole README runs in minutes.
 FAST = ("grpo.max_steps=1", "logger=none")
 # Commands (by their start) that this machine cannot run, and why.
@@ -56,11 +79,53 @@ SKIPPED = {
 }
 
 
-def readme_commands() -> list[str]:
-    """Each command line of the README's bash blocks, comments dropped."""
-    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
-    lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
-    return [shlex.join(shlex.split(line, comments=True)) for line in lines if shlex.split(line, comments=True)]
+@dataclass(frozen=True)
+class Command:
+    """A command as written, and the pages that hold it (README.md, docs/…), for ids and messages."""
+
+    text: str
+    pages: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{', '.join(self.pages)}: {self.text}"
+
+
+def page_name(path: Path) -> str:
+    """The page as the repository names it (a draft outside it: its full path)."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def merged(found: Iterable[tuple[str, Iterable[str]]]) -> list[Command]:
+    """One ``Command`` per text (a command on two pages runs once), first-seen order, with every page."""
+    pages: dict[str, dict[str, None]] = {}
+    for text, names in found:
+        pages.setdefault(text, {}).update(dict.fromkeys(names))
+    return [Command(text, tuple(names)) for text, names in pages.items()]
+
+
+# A fenced block, indented or not (mkdocs pages nest blocks in admonitions and tabs): indent, language, body.
+FENCE = re.compile(r"^([ \t]*)```([\w-]*)[^\n]*\n(.*?)^\1```", flags=re.MULTILINE | re.DOTALL)
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """Each fenced code block's language and body, its indent removed."""
+    blocks = []
+    for indent, language, body in FENCE.findall(text):
+        lines = [line.removeprefix(indent) for line in body.splitlines()]
+        blocks.append((language, "\n".join(lines) + "\n"))
+    return blocks
+
+
+def block_commands(files: Sequence[Path] | None = None) -> list[Command]:
+    """Each command line of the pages' bash blocks, comments dropped."""
+    found = []
+    for path in MARKDOWN if files is None else files:
+        blocks = [body for language, body in fenced_blocks(path.read_text(encoding="utf-8")) if language == "bash"]
+        lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+        found += [
+            (shlex.join(words), [page_name(path)]) for line in lines if (words := shlex.split(line, comments=True))
+        ]
+    return merged(found)
 
 
 # A backtick span in prose may hold several commands (`source .venv/bin/activate && python run.py …`).
@@ -68,14 +133,17 @@ INLINE_KINDS = ("python run.py", "python -m ", "make ")
 PLACEHOLDER = re.compile(r"…|<[^>]*>")
 
 
-def inline_commands() -> list[str]:
-    """The commands in the README's backtick spans: prose and tables, and comments in code blocks."""
-    text = README.read_text(encoding="utf-8")
-    blocks = re.findall(r"```\w*\n(.*?)```", text, flags=re.DOTALL)
-    prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
-    spans = [" ".join(span.split()) for part in [prose, *blocks] for span in re.findall(r"`([^`]+)`", part)]
-    parts = [part.strip() for span in spans for part in re.split(r"&&|;|\|", span)]
-    return list(dict.fromkeys(part for part in parts if part.startswith(INLINE_KINDS)))
+def inline_commands(files: Sequence[Path] | None = None) -> list[Command]:
+    """The commands in the pages' backtick spans: prose and tables, and comments in code blocks."""
+    found = []
+    for path in MARKDOWN if files is None else files:
+        text = path.read_text(encoding="utf-8")
+        prose = FENCE.sub("", text)
+        parts = [prose, *(body for _, body in fenced_blocks(text))]
+        spans = [" ".join(span.split()) for part in parts for span in re.findall(r"`([^`]+)`", part)]
+        commands = [part.strip() for span in spans for part in re.split(r"&&|;|\|", span)]
+        found += [(command, [page_name(path)]) for command in commands if command.startswith(INLINE_KINDS)]
+    return merged(found)
 
 
 def as_run_py(command: str) -> str:
@@ -87,20 +155,20 @@ def as_run_py(command: str) -> str:
     return command
 
 
-def inline_runnable() -> list[str]:
+def inline_runnable(files: Sequence[Path] | None = None) -> list[Command]:
     """The inline run.py commands the fast tier preflights (not those in the code blocks already)."""
-    commands = [as_run_py(c) for c in inline_commands() if not PLACEHOLDER.search(c)]
-    block = set(readme_commands())
-    runs = [c for c in commands if c.startswith("python run.py") and skip_reason(c) is None and c not in block]
-    return list(dict.fromkeys(runs))
+    block = {c.text for c in block_commands(files)}
+    commands = [Command(as_run_py(c.text), c.pages) for c in inline_commands(files) if not PLACEHOLDER.search(c.text)]
+    runs = [c for c in commands if c.text.startswith("python run.py") and skip_reason(c.text) is None]
+    return merged((c.text, c.pages) for c in runs if c.text not in block)
 
 
 def skip_reason(command: str) -> str | None:
     return next((why for start, why in SKIPPED.items() if command.startswith(start)), None)
 
 
-def runnable() -> list[str]:
-    return [c for c in readme_commands() if skip_reason(c) is None]
+def runnable(files: Sequence[Path] | None = None) -> list[Command]:
+    return [c for c in block_commands(files) if skip_reason(c.text) is None]
 
 
 def user_files(folder: Path) -> None:
@@ -151,16 +219,21 @@ def argv(command: str) -> list[str]:
         script = words.index("run.py")
         torchrun = str(Path(sys.executable).parent / "torchrun")
         return [torchrun, *words[1:script], str(ROOT / "run.py"), *words[script + 1 :], *FAST]
-    raise AssertionError(f"README command of an unknown kind: {command}")
+    raise AssertionError(f"a command of an unknown kind: {command}")
 
 
 def test_every_readme_command_is_run_or_skipped_with_a_reason():
-    commands = readme_commands()
+    commands = block_commands()
     assert len(runnable()) >= 15
-    stale = [start for start in SKIPPED if not any(c.startswith(start) for c in commands)]
-    assert not stale, f"SKIPPED lists commands the README no longer has: {stale}"
+    stale = [start for start in SKIPPED if not any(c.text.startswith(start) for c in commands)]
+    assert not stale, f"SKIPPED lists commands that no page has any more: {stale}"
+    unknown = []
     for command in runnable():
-        argv(command)  # every remaining command is one this test knows how to run
+        try:
+            argv(command.text)  # every remaining command is one this test knows how to run
+        except AssertionError:
+            unknown.append(str(command))
+    assert unknown == [], "commands of a kind this test cannot run (run them, or list them in SKIPPED)"
 
 
 # Checks each command as run.py does before Hydra starts, all in one process; each at the process
@@ -197,7 +270,7 @@ def launched(command: str) -> tuple[int, list[str]] | None:
 
 
 def test_readme_finds_its_launch_commands():
-    counts = [launched(c)[0] for c in readme_commands() if launched(c)]
+    counts = [launch[0] for c in block_commands() if (launch := launched(c.text))]
     assert 8 in counts and 4 in counts and 2 in counts, counts
 
 
@@ -205,10 +278,10 @@ def test_every_job_of_every_readme_command_is_valid(tmp_path):
     """The sweeps included (the group-size examples used to stop on a batch-size error), and the
     accelerate and torchrun commands at their process counts (8-process ZeRO-3 did not split the batch)."""
     user_files(tmp_path)
-    commands = [c for c in runnable() if c.startswith("python run.py")] + inline_runnable()
-    jobs = [(1, argv(c)[2:]) for c in commands]
-    for command in readme_commands():
-        if (launch := launched(command)) is not None:
+    commands = [c for c in runnable() if c.text.startswith("python run.py")] + inline_runnable()
+    jobs = [(1, argv(c.text)[2:]) for c in commands]
+    for command in block_commands():
+        if (launch := launched(command.text)) is not None:
             commands.append(command)
             jobs.append((launch[0], [*launch[1], *FAST]))
     done = subprocess.run(
@@ -221,7 +294,7 @@ def test_every_job_of_every_readme_command_is_valid(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.splitlines()[-1])
-    failures = [(c, r) for c, r in zip(commands, results, strict=True) if r["code"] or r["stderr"].strip()]
+    failures = [(str(c), r) for c, r in zip(commands, results, strict=True) if r["code"] or r["stderr"].strip()]
     assert failures == []
 
 
@@ -232,10 +305,11 @@ def makefile_targets() -> set[str]:
 
 
 def test_readme_finds_its_inline_commands():
-    inline = inline_commands()
+    inline = [c.text for c in inline_commands()]
     assert "python run.py --help" in inline  # the performance table
     assert any(c.startswith("python -m grpo_exp.report ") for c in inline)  # prose and the SLURM/Ray table
-    assert "python run.py reward=customer_service_multi grpo.max_steps=300" in inline_runnable()  # make run ARGS=…
+    runs = [c.text for c in inline_runnable()]
+    assert "python run.py reward=customer_service_multi grpo.max_steps=300" in runs  # make run ARGS=…
     assert {"run", "test", "lint"} <= makefile_targets()
 
 
@@ -243,8 +317,12 @@ def test_every_module_and_make_target_the_readme_names_exists():
     """`python -m grpo_exp.compare` in the SLURM/Ray table named a module that never existed."""
     import importlib.util
 
-    text = README.read_text(encoding="utf-8")
-    modules = sorted(set(re.findall(r"python -m (grpo_exp(?:\.\w+)*)", text)))
+    named = [
+        (m, page_name(p))
+        for p in MARKDOWN
+        for m in re.findall(r"python -m (grpo_exp(?:\.\w+)*)", p.read_text(encoding="utf-8"))
+    ]
+    modules = sorted({m for m, _ in named})
     assert "grpo_exp.report" in modules
 
     def runs_with_dash_m(name: str) -> bool:
@@ -253,10 +331,10 @@ def test_every_module_and_make_target_the_readme_names_exists():
             spec.submodule_search_locations is None or importlib.util.find_spec(f"{name}.__main__") is not None
         )
 
-    assert [m for m in modules if not runs_with_dash_m(m)] == []
-    makes = [c for c in readme_commands() + inline_commands() if c.startswith("make ")]
-    targets = {w for c in makes for w in shlex.split(c)[1:] if "=" not in w and not w.startswith("-")}
-    assert sorted(targets - makefile_targets()) == []
+    assert sorted({(m, page) for m, page in named if not runs_with_dash_m(m)}) == []
+    makes = [c for c in block_commands() + inline_commands() if c.text.startswith("make ")]
+    targets = {(w, c) for c in makes for w in shlex.split(c.text)[1:] if "=" not in w and not w.startswith("-")}
+    assert [f"{target} ({c})" for target, c in targets if target not in makefile_targets()] == []
 
 
 def run_command(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -268,7 +346,7 @@ def run_command(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     "command", ["python run.py --help", "python run.py -m grpo.num_generations=4,8 optimizer.lr=1e-5,3e-5"]
 )
 def test_readme_group_size_sweep_and_help_run(tmp_path, command):
-    assert command in readme_commands()
+    assert command in [c.text for c in block_commands()]
     user_files(tmp_path)
     result = run_command(command, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -279,14 +357,123 @@ def test_readme_group_size_sweep_and_help_run(tmp_path, command):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", runnable())
+@pytest.mark.parametrize("command", runnable(), ids=str)
 def test_readme_command_runs(tmp_path, command):
     user_files(tmp_path)
-    result = run_command(command, tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_command(command.text, tmp_path)
+    assert result.returncode == 0, f"{command}\n{result.stderr[-3000:]}"
     failed = [
         path
         for path in tmp_path.glob("outputs/**/summary.json")
         if json.loads(path.read_text())["status"] != "completed"
     ]
     assert not failed, failed
+
+
+# ---- the site, checked without mkdocs: links, anchors, pictures
+
+# Inline links and images `[text](target "title")`, reference definitions `[name]: target`, HTML src/href.
+LINK_TARGETS = (
+    re.compile(r"\]\(\s*<?([^)\s>]*)>?(?:\s+[\"'(][^)]*)?\)"),
+    re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?([^\s>]+)>?", flags=re.MULTILINE),
+    re.compile(r"""<(?:a|img)\b[^>]*?\b(?:href|src)\s*=\s*["']([^"']+)["']""", flags=re.IGNORECASE),
+)
+EXTERNAL = re.compile(r"^(?:[a-z][a-z0-9+.-]*:|//)", flags=re.IGNORECASE)  # https:, mailto:, //host
+HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$", flags=re.MULTILINE)
+EXPLICIT_ID = re.compile(r"\{:?[ \t]*#([\w-]+)[^}]*\}[ \t]*$")  # attr_list: ## Title {#custom-id}
+HTML_ID = re.compile(r"""<[a-z]+\b[^>]*?\b(?:id|name)\s*=\s*["']([^"']+)["']""", flags=re.IGNORECASE)
+
+
+def without_code(text: str) -> str:
+    """The page with its code blocks and code spans blanked: a `[x](y)` in code is not a link."""
+    return re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", FENCE.sub("", text), flags=re.DOTALL)
+
+
+def heading_text(markdown: str) -> str:
+    """A heading's words as rendered: links and images by their text, emphasis and code marks gone."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", markdown)
+    text = re.sub(r"<[^>]+>", "", text)
+    return re.sub(r"[`*]|(?<!\w)_|_(?!\w)", "", text).strip()
+
+
+def github_slug(title: str) -> str:
+    """GitHub's anchor: lowercase, punctuation but `-` and `_` dropped, each space a hyphen."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+def mkdocs_slug(title: str) -> str:
+    """Python-Markdown's toc anchor (mkdocs): ASCII only, punctuation dropped, runs of spaces and hyphens one hyphen."""
+    ascii_title = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode("ascii")
+    return re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", ascii_title).strip().lower())
+
+
+def anchors(page: Path) -> set[str]:
+    """Every anchor a link may name on the page, as GitHub (README) or mkdocs (the site) would make it.
+
+    A repeated heading gets a suffix: ``-1`` on GitHub, ``_1`` from mkdocs; explicit ids count as written.
+    """
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    found: set[str] = set(HTML_ID.findall(text))
+    seen: dict[tuple[str, str], int] = {}
+    for raw in HEADING.findall(text):
+        if explicit := EXPLICIT_ID.search(raw):
+            found.add(explicit.group(1))
+            raw = raw[: explicit.start()]
+        title = heading_text(raw)
+        for kind, slug, joiner in (("github", github_slug(title), "-"), ("mkdocs", mkdocs_slug(title), "_")):
+            count = seen.get((kind, slug), 0)
+            seen[kind, slug] = count + 1
+            found.add(f"{slug}{joiner}{count}" if count else slug)
+    return found
+
+
+def broken_links(files: Sequence[Path] | None = None) -> list[str]:
+    """Each relative link of the pages that names a missing file, leaves docs/ from a docs page (mkdocs
+    serves only that folder), or names an ``#anchor`` its target page lacks; as ``page: target (why)``."""
+    problems = []
+    for page in MARKDOWN if files is None else files:
+        text = without_code(page.read_text(encoding="utf-8"))
+        targets = dict.fromkeys(target for pattern in LINK_TARGETS for target in pattern.findall(text))
+        for target in targets:
+            if not target or EXTERNAL.match(target):
+                continue
+            path, _, anchor = unquote(target).partition("#")
+            resolved = (page.parent / path).resolve() if path else page.resolve()
+            why = None
+            if not resolved.exists():
+                why = "no such file"
+            elif page.resolve().is_relative_to(DOCS.resolve()) and not resolved.is_relative_to(DOCS.resolve()):
+                why = "outside docs/, which mkdocs does not serve"
+            elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+                why = f"{page_name(resolved)} has no heading #{anchor}"
+            if why:
+                problems.append(f"{page_name(page)}: {target} ({why})")
+    return problems
+
+
+def oversized_images(folder: Path = IMAGES) -> list[str]:
+    """The pictures under ``folder`` at or over ``MAX_IMAGE_BYTES``, with their sizes."""
+    pictures = sorted(folder.glob("**/*.png")) if folder.is_dir() else []
+    return [f"{page_name(p)}: {p.stat().st_size} bytes" for p in pictures if p.stat().st_size >= MAX_IMAGE_BYTES]
+
+
+def test_the_link_checks_see_links_anchors_and_headings():
+    """The checks below find what they look for (a check that finds nothing passes on anything)."""
+    assert github_slug(heading_text("Sweeps on a cluster: SLURM or Ray")) == "sweeps-on-a-cluster-slurm-or-ray"
+    assert (
+        github_slug(heading_text("Compare runs offline: trackio's dashboard"))
+        == "compare-runs-offline-trackios-dashboard"
+    )
+    assert mkdocs_slug("Results — what `report.md` says") == "results-what-reportmd-says"
+    assert github_slug("Results — what `report.md` says") == "results--what-reportmd-says"
+    assert {"real-models-on-a-gpu", "offline-gpu-nodes", "staged-rewards"} <= anchors(README)
+    links = [t for pattern in LINK_TARGETS for t in pattern.findall(without_code(README.read_text(encoding="utf-8")))]
+    assert "#real-models-on-a-gpu" in links
+
+
+def test_every_relative_link_names_a_file_and_heading_that_exist():
+    assert broken_links() == []
+
+
+def test_every_picture_of_the_docs_is_small():
+    assert oversized_images() == [], f"each PNG under {page_name(IMAGES)} must be under {MAX_IMAGE_BYTES} bytes"
