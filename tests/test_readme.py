@@ -33,6 +33,7 @@ FAST = ("grpo.max_steps=1", "logger=none")
 SKIPPED = {
     "make run": "`make` first installs the environment (network); it then runs `python run.py`, run below",
     "make test": "the test suite itself",
+    "make test-e2e": "the test suite itself",
     "make test-slow": "the test suite itself",
     "make lint": "ruff, which CI runs as its own step (`make` first installs the environment)",
     "make setup TORCH=torch": "installs CUDA torch and vLLM: needs a GPU machine and the network",
