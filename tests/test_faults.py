@@ -16,6 +16,7 @@ from tests.test_cli import run_py
 from tests.test_long_runs import WAIT_S, start
 
 
+@pytest.mark.e2e  # a real run stopped or refused, then resumed
 def test_two_jobs_started_a_second_apart_on_one_folder_run_as_one(tmp_path):
     """Both pass the preflight (the folder holds no run yet); the folder's lock lets one of them train."""
     job = tmp_path / "job"
@@ -165,6 +166,7 @@ def test_a_part_may_set_its_own_limit(settings):
         build_rewards(settings(part.replace("timeout_s: 5", "timeout_s: -1"), "reward.timeout_s=600").reward)
 
 
+@pytest.mark.e2e  # a real run stopped or refused, then resumed
 def test_ctrl_c_during_a_hung_reward_call_stops_within_the_limit_with_a_checkpoint(tmp_path):
     """The third call of a part never returns: a Ctrl-C there stops the job once the 3 s limit passes,
     after the step, with its checkpoint; without the limit it would wait for the call forever."""
@@ -254,6 +256,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+@pytest.mark.e2e  # a real run stopped or refused, then resumed
 def test_a_full_disk_during_a_checkpoint_is_one_line_keeps_the_last_and_resumes(small_disk):
     """The checkpoint at step 4 doesn't fit: one line with its own exit code, checkpoint-2 kept whole."""
     import subprocess

@@ -22,6 +22,9 @@ import pytest
 from grpo_exp.tracking.metrics import read_metrics, training_rows
 from tests.conftest import ROOT
 
+# two torchrun ranks per run, and a signal and resume (about 3 minutes of CPU): make test-e2e
+pytestmark = pytest.mark.e2e
+
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 RANK_PART = "+reward.parts.ranks={fn: tests.fixtures.rank_rewards.note_rank, weight: 0.0}"
 QUICK = ("logger=none", "dataset.eval_fraction=0", "grpo.max_completion_length=24", RANK_PART)

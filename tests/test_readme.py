@@ -202,6 +202,7 @@ def test_readme_finds_its_launch_commands():
     assert 8 in counts and 4 in counts and 2 in counts, counts
 
 
+@pytest.mark.e2e  # preflights every README job: over 2 minutes
 def test_every_job_of_every_readme_command_is_valid(tmp_path):
     """The sweeps included (the group-size examples used to stop on a batch-size error), and the
     accelerate and torchrun commands at their process counts (8-process ZeRO-3 did not split the batch)."""
@@ -266,7 +267,12 @@ def run_command(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(
-    "command", ["python run.py --help", "python run.py -m grpo.num_generations=4,8 optimizer.lr=1e-5,3e-5"]
+    "command",
+    [
+        "python run.py --help",
+        # four real jobs, one step each (about a minute): make test-e2e
+        pytest.param("python run.py -m grpo.num_generations=4,8 optimizer.lr=1e-5,3e-5", marks=pytest.mark.e2e),
+    ],
 )
 def test_readme_group_size_sweep_and_help_run(tmp_path, command):
     assert command in readme_commands()

@@ -16,6 +16,9 @@ import pytest
 from tests.conftest import ROOT
 from tests.wandb_records import read_run
 
+# real multiruns (5 minutes of CPU; the grid fixture is shared): make test-e2e
+pytestmark = pytest.mark.e2e
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
