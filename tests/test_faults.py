@@ -38,6 +38,7 @@ def test_two_jobs_started_a_second_apart_on_one_folder_run_as_one(tmp_path):
     assert not (job / "error.txt").exists(), "the refused job wrote nothing into the folder"
 
 
+@pytest.mark.e2e  # a run held while a resume is refused
 def test_a_resume_of_a_folder_whose_job_still_runs_is_refused(tmp_path):
     from tests.test_long_runs import last_step, wait_for
 
@@ -104,6 +105,7 @@ def test_a_damaged_record_on_resume_is_one_line_naming_it_and_nothing_is_overwri
     assert (job / record).read_text(encoding="utf-8") == torn
 
 
+@pytest.mark.e2e  # W&B killed mid-run (test_wandb_repair does it in the fast tier)
 def test_w_and_b_dying_mid_run_is_one_warning_and_training_goes_on(tmp_path):
     """W&B's service process is killed by its pid at step 5 of 30: the run completes, every step is in
     metrics.jsonl, the console has one warning and no traceback, and the summary says what W&B lost."""
