@@ -4,8 +4,9 @@
 #
 #   make run                      # python run.py on the embedded default model
 #   make run ARGS="reward=customer_service_multi grpo.max_steps=300"
-#   make test                     # the fast suite (what CI runs)
-#   make test-slow                # also the long end-to-end runs
+#   make test                     # the fast suite: unit tests and a few short real runs (CI runs it first)
+#   make test-e2e                 # the long end-to-end runs (-m e2e; CI runs them after make test)
+#   make test-slow                # the longest runs, which CI leaves out (-m slow)
 #   make test-low                 # training tests at the low end of the supported range (constraints/low.txt)
 #   make wheelhouse               # every wheel the set-up needs, in wheelhouse/, for a node without an index
 #   make docs                     # the docs/ site (mkdocs-material), built into site/
@@ -43,7 +44,7 @@ TORCH_REQUIREMENT := $(if $(filter none,$(TORCH)),,"$(TORCH)")
 CHOICES := $(TORCH)|$(EXTRAS)|$(WHEELHOUSE)|$(CONSTRAINTS)
 RECORDED := $(SETUP_TORCH)|$(SETUP_EXTRAS)|$(SETUP_WHEELHOUSE)|$(SETUP_CONSTRAINTS)
 
-.PHONY: setup run test test-slow test-low lint docs docs-images sandbox-tools browser-tools wheelhouse FORCE
+.PHONY: setup run test test-e2e test-slow test-low lint docs docs-images sandbox-tools browser-tools wheelhouse FORCE
 
 setup: $(STAMP) sandbox-tools browser-tools
 
@@ -81,6 +82,9 @@ run: setup
 test: setup
 	$(BIN)/python -m pytest $(PARALLEL) $(PYTEST_ARGS)
 
+test-e2e: setup
+	$(BIN)/python -m pytest -m e2e $(PARALLEL) $(PYTEST_ARGS)
+
 test-slow: setup
 	$(BIN)/python -m pytest -m slow $(PARALLEL) $(PYTEST_ARGS)
 
@@ -90,6 +94,7 @@ lint: setup
 # The documentation site (mkdocs.yml, docs/); --strict fails on a broken link or a page missing from the nav.
 docs: setup
 	$(BIN)/mkdocs build --strict --site-dir site
+
 # The docs site's pictures: a 2 x 2 tiny sweep logged to trackio (a few minutes on the CPU), its
 # report's reward curves and heatmap, and trackio's dashboard of it photographed in Chromium.
 docs-images: setup
@@ -98,6 +103,7 @@ docs-images: setup
 # The same test command in a second venv at the low end of pyproject's range (the stack the vllm
 # extra resolves, with CPU torch), on tests that train and build TRL's config: the default run's
 # tests (one training run between them), a trainer built from every grpo option, the field checks.
+# -m "" selects them whatever their tier (the default -m in pyproject's addopts would drop e2e ones).
 LOW_VENV ?= .venv-low
 E2E := tests/test_train_e2e.py
 LOW_TESTS ?= tests/test_supported_range.py tests/test_trl_fields.py tests/test_vllm_on_cpu.py \
@@ -109,7 +115,7 @@ LOW_TESTS ?= tests/test_supported_range.py tests/test_trl_fields.py tests/test_v
 
 test-low:
 	$(MAKE) test VENV=$(LOW_VENV) TORCH=$(DEFAULT_TORCH) EXTRAS=dev CONSTRAINTS=constraints/low.txt \
-		WHEELHOUSE= PYTEST_ARGS='$(LOW_TESTS)'
+		WHEELHOUSE= PYTEST_ARGS='-m "" $(LOW_TESTS)'
 
 # ---- offline set-up: `make wheelhouse` on a connected machine, then on the node (no index):
 #   make setup WHEELHOUSE=<folder> [TORCH=none] [EXTRAS=...]

@@ -52,3 +52,25 @@ def feed(monitor: HealthMonitor, rows: list[dict]) -> list[Alert]:
     for step, row in enumerate(rows, start=1):
         alerts += monitor.observe(step, row)
     return alerts
+
+
+# The files that take longest (minutes of CPU on 2 cores), longest first. pytest-xdist's --dist loadfile
+# hands out whole files in collection order; started first, these don't leave one worker running a long
+# file alone at the end while the other idles. Other files keep their order after them.
+LONG_FILES = (
+    "test_long_runs.py",
+    "test_faults.py",
+    "test_train_e2e.py",
+    "test_rollback.py",
+    "test_sweep_e2e.py",
+    "test_adaptive.py",
+    "test_halving.py",
+    "test_agent.py",
+    "test_wandb_repair.py",
+    "test_multiprocess.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: in-file order is kept

@@ -150,6 +150,7 @@ def test_adaptive_run_changes_its_group_size_and_continues_weights_and_optimizer
     assert state["train_batch_size"] == 2 * profiles[-1]["num_generations"]  # prompts_per_step x the stage's group
 
 
+@pytest.mark.e2e  # a staged run stopped or extended, resumed
 def test_adaptive_run_stopped_mid_stage_resumes_in_that_stage_with_every_step_once(tmp_path):
     """Ctrl-C inside the second of three stages, then resume=: the stage goes on with the group size and prompts
     its profile chose (no second profile at the stop), the third stage is profiled as usual, every step is in
@@ -216,6 +217,7 @@ def test_a_profile_after_a_resume_reads_the_checkpoints_weights(settings, tmp_pa
     assert torch.equal(restored.lm_head.weight, trained.lm_head.weight)  # tied, as the base model's
 
 
+@pytest.mark.e2e  # a staged run stopped or extended, resumed
 def test_a_finished_adaptive_run_extended_profiles_its_trained_policy_at_the_boundary(tmp_path):
     """resume= with a higher grpo.max_steps: a new stage starts at the old end, with a profile of its own."""
     from tests.test_long_runs import run

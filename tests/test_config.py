@@ -88,7 +88,17 @@ def test_config_mistakes_are_one_line(override, message):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("sweep", sorted(p.stem for p in (CONF_DIR / "sweep").glob("*.yaml")))
+# The presets with the most jobs take a minute or two each to check: the e2e tier (make test-e2e) checks them.
+LONG_PRESETS = {"group_size_lr_seeds", "stability_variants", "optuna"}
+
+
+@pytest.mark.parametrize(
+    "sweep",
+    [
+        pytest.param(name, marks=pytest.mark.e2e) if name in LONG_PRESETS else name
+        for name in sorted(p.stem for p in (CONF_DIR / "sweep").glob("*.yaml"))
+    ],
+)
 def test_every_sweep_preset_expands_into_valid_jobs(sweep):
     from grpo_exp.job.preflight import check_command, job_overrides
 

@@ -16,6 +16,7 @@ from tests.test_cli import run_py
 from tests.test_long_runs import WAIT_S, start
 
 
+@pytest.mark.e2e  # a real run stopped or refused, then resumed
 def test_two_jobs_started_a_second_apart_on_one_folder_run_as_one(tmp_path):
     """Both pass the preflight (the folder holds no run yet); the folder's lock lets one of them train."""
     job = tmp_path / "job"
@@ -37,6 +38,7 @@ def test_two_jobs_started_a_second_apart_on_one_folder_run_as_one(tmp_path):
     assert not (job / "error.txt").exists(), "the refused job wrote nothing into the folder"
 
 
+@pytest.mark.e2e  # a run held while a resume is refused
 def test_a_resume_of_a_folder_whose_job_still_runs_is_refused(tmp_path):
     from tests.test_long_runs import last_step, wait_for
 
@@ -103,6 +105,7 @@ def test_a_damaged_record_on_resume_is_one_line_naming_it_and_nothing_is_overwri
     assert (job / record).read_text(encoding="utf-8") == torn
 
 
+@pytest.mark.e2e  # W&B killed mid-run (test_wandb_repair does it in the fast tier)
 def test_w_and_b_dying_mid_run_is_one_warning_and_training_goes_on(tmp_path):
     """W&B's service process is killed by its pid at step 5 of 30: the run completes, every step is in
     metrics.jsonl, the console has one warning and no traceback, and the summary says what W&B lost."""
@@ -165,6 +168,7 @@ def test_a_part_may_set_its_own_limit(settings):
         build_rewards(settings(part.replace("timeout_s: 5", "timeout_s: -1"), "reward.timeout_s=600").reward)
 
 
+@pytest.mark.e2e  # a real run stopped or refused, then resumed
 def test_ctrl_c_during_a_hung_reward_call_stops_within_the_limit_with_a_checkpoint(tmp_path):
     """The third call of a part never returns: a Ctrl-C there stops the job once the 3 s limit passes,
     after the step, with its checkpoint; without the limit it would wait for the call forever."""
@@ -254,6 +258,7 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+@pytest.mark.e2e  # a real run stopped or refused, then resumed
 def test_a_full_disk_during_a_checkpoint_is_one_line_keeps_the_last_and_resumes(small_disk):
     """The checkpoint at step 4 doesn't fit: one line with its own exit code, checkpoint-2 kept whole."""
     import subprocess

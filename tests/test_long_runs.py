@@ -23,6 +23,9 @@ from grpo_exp.training import checkpoints
 from tests.conftest import ROOT
 from tests.wandb_records import read_run
 
+# every test here trains and resumes for real (8 minutes of CPU on 2 cores): make test-e2e
+pytestmark = pytest.mark.e2e
+
 WAIT_S = 600  # generous: the tiny model trains a step in well under a second on a quiet machine
 
 

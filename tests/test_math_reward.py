@@ -384,6 +384,7 @@ def run(*overrides: str, out: Path | None = None) -> subprocess.CompletedProcess
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.e2e  # a math run with training and evaluation: about 2 minutes
 def test_a_short_run_logs_both_parts_in_training_and_evaluation(tmp_path):
     from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics
 

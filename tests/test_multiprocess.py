@@ -52,6 +52,7 @@ def two_ranks(tmp_path_factory) -> tuple[Path, str]:
     return out, console
 
 
+@pytest.mark.e2e  # two torchrun ranks train (the two_ranks fixture is shared)
 def test_two_processes_train_the_job(two_ranks):
     out, _ = two_ranks
     calls = noted(out.parent)
@@ -61,6 +62,7 @@ def test_two_processes_train_the_job(two_ranks):
     assert "per_device_train_batch_size: 6" in (out / "config.yaml").read_text()
 
 
+@pytest.mark.e2e  # two torchrun ranks train (the two_ranks fixture is shared)
 def test_each_file_of_the_job_is_written_once(two_ranks):
     out, console = two_ranks
     assert [r["step"] for r in training_rows(read_metrics(out / "metrics.jsonl"))] == [1, 2, 3]
@@ -93,6 +95,7 @@ def rank_pid(launcher: subprocess.Popen[str], rank: int) -> int:
     raise AssertionError(f"no worker of rank {rank} among {children}")
 
 
+@pytest.mark.e2e  # two ranks stopped and resumed: about 2 minutes
 def test_a_signal_to_one_rank_stops_both_with_a_checkpoint_and_the_launch_resumes(tmp_path):
     out = tmp_path / "job"
     steps = 12

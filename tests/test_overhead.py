@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from grpo_exp import models
 from grpo_exp.tracking.metrics import read_metrics
 from grpo_exp.tracking.wandb_run import system_stats
@@ -26,6 +28,7 @@ def _run(command: list[str]) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
 
 
+@pytest.mark.e2e  # two real runs side by side
 def test_trl_baseline_reproduces_the_frameworks_rewards_and_loss(settings, tmp_path):
     model = models.model_path(settings().model)
     _run(

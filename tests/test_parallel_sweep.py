@@ -51,6 +51,7 @@ def job_pid(job: Path) -> int:
     return int(re.match(r"pid (\d+)", (job / ".job.lock").read_text()).group(1))
 
 
+@pytest.mark.e2e  # a real sweep killed and resumed: about 2 minutes
 def test_a_killed_job_fails_alone_and_resume_completes_it(tmp_path):
     sweep_dir = tmp_path / "sweep"
     command = sweep_command(

@@ -14,6 +14,9 @@ import pytest
 
 from tests.conftest import ROOT
 
+# a real two-job Ray sweep (over a minute): make test-e2e
+pytestmark = pytest.mark.e2e
+
 pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="the Ray launcher needs pip install -e '.[ray]'")
 
 STEPS = 2

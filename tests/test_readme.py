@@ -56,6 +56,7 @@ FAST = ("grpo.max_steps=1", "logger=none")
 SKIPPED = {
     "make run": "`make` first installs the environment (network); it then runs `python run.py`, run below",
     "make test": "the test suite itself",
+    "make test-e2e": "the test suite itself",
     "make test-slow": "the test suite itself",
     "make lint": "ruff, which CI runs as its own step (`make` first installs the environment)",
     "make setup TORCH=torch": "installs CUDA torch and vLLM: needs a GPU machine and the network",
@@ -274,6 +275,7 @@ def test_readme_finds_its_launch_commands():
     assert 8 in counts and 4 in counts and 2 in counts, counts
 
 
+@pytest.mark.e2e  # preflights every README job: over 2 minutes
 def test_every_job_of_every_readme_command_is_valid(tmp_path):
     """The sweeps included (the group-size examples used to stop on a batch-size error), and the
     accelerate and torchrun commands at their process counts (8-process ZeRO-3 did not split the batch)."""
@@ -343,7 +345,12 @@ def run_command(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(
-    "command", ["python run.py --help", "python run.py -m grpo.num_generations=4,8 optimizer.lr=1e-5,3e-5"]
+    "command",
+    [
+        "python run.py --help",
+        # four real jobs, one step each (about a minute): make test-e2e
+        pytest.param("python run.py -m grpo.num_generations=4,8 optimizer.lr=1e-5,3e-5", marks=pytest.mark.e2e),
+    ],
 )
 def test_readme_group_size_sweep_and_help_run(tmp_path, command):
     assert command in [c.text for c in block_commands()]

@@ -35,6 +35,7 @@ def alert_kinds(summary: dict) -> set[str]:
     return {a["kind"] for a in summary["alerts"]}
 
 
+@pytest.mark.e2e  # a writing run
 def test_writing_without_the_recipe_is_cut_at_48_tokens_and_the_monitor_says_so(tmp_path):
     # About a third of these completions are cut in 10 steps at seed 42 (0.17-0.58 a step on an AMD EPYC, more
     # on the machine this was first written on): an alarm at a quarter says so on either; the default is half.

@@ -122,6 +122,7 @@ def test_an_injected_nan_reward_rolls_back_to_the_last_healthy_checkpoint(tmp_pa
     assert "rollback" in result.stdout and "back to step 6" in result.stdout
 
 
+@pytest.mark.e2e  # rollbacks in a long real run
 def test_a_collapse_again_from_the_same_checkpoint_goes_back_one_further(tmp_path):
     """Step 7 is NaN twice (reward calls 7 and 8): back to step 6, then, as 6 collapsed again, to an older
     checkpoint; both rollbacks stay on record though the second rewinds past the first's row."""
@@ -164,6 +165,7 @@ def test_a_kl_spike_rolls_back_and_max_rollbacks_reached_stops_with_one_line(tmp
     assert rollback["cause"] == "kl_spike" and rollback["to_step"] < rollback["from_step"]
 
 
+@pytest.mark.e2e  # rollbacks in a long real run
 def test_a_run_killed_after_a_rollback_resumes_with_every_step_once(tmp_path):
     job = tmp_path / "job"
     steps = (*QUIET, *nan_reward(tmp_path, 5), "grpo.max_steps=14", "monitor.on_collapse=rollback")

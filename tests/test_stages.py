@@ -120,6 +120,7 @@ def test_thresholds_that_cannot_work_fail_in_one_line(settings, override, messag
 THRESHOLD = 0.1
 
 
+@pytest.mark.e2e  # a staged run and its resume
 def test_a_staged_run_enters_stage_2_at_its_threshold_and_keeps_it_through_a_resume(tmp_path):
     """Real GRPO on the tiny model: information waits for the format's 2-step mean to reach 0.1.
 

@@ -39,6 +39,7 @@ def grid(tmp_path_factory) -> Path:
     return sweep_dir
 
 
+@pytest.mark.e2e  # the grid fixture: a real 2 x 2 multirun, shared
 def test_each_point_is_its_own_job_and_wandb_run(grid):
     jobs = job_dirs(grid)
     assert len(jobs) == 4
@@ -55,6 +56,7 @@ def test_each_point_is_its_own_job_and_wandb_run(grid):
         assert run.exit_code == 0
 
 
+@pytest.mark.e2e  # the grid fixture: a real 2 x 2 multirun, shared
 def test_fixed_budget_gives_every_group_size_the_same_prompts_per_step(grid):
     for job in job_dirs(grid):
         config = (job / "config.yaml").read_text()
@@ -62,6 +64,7 @@ def test_fixed_budget_gives_every_group_size_the_same_prompts_per_step(grid):
         assert f"per_device_train_batch_size: {group * 2}" in config  # 2 prompts per step, fixed
 
 
+@pytest.mark.e2e  # the grid fixture: a real 2 x 2 multirun, shared
 def test_report_ranks_all_four_jobs_with_their_swept_values(grid):
     with (grid / "report" / "report.csv").open() as handle:
         rows = list(csv.DictReader(handle))
@@ -79,6 +82,7 @@ def test_report_ranks_all_four_jobs_with_their_swept_values(grid):
     assert "## Verdict" in report and "Best configuration" in report
 
 
+@pytest.mark.e2e  # the grid fixture: a real 2 x 2 multirun, shared
 def test_report_plots_are_real_pngs(grid):
     for name in ("reward_curves.png", "kl_curves.png", "final_eval_reward_heatmap.png"):
         data = (grid / "report" / name).read_bytes()
@@ -102,6 +106,7 @@ def steps_logged(job: Path) -> list[int]:
     return [r["step"] for r in rows if "reward" in r]
 
 
+@pytest.mark.e2e  # a failing job, then resume
 def test_a_failing_job_fails_the_sweep_after_the_others_and_resume_reruns_only_it(tmp_path):
     rewards = tmp_path / "flaky.py"
     rewards.write_text(FLAKY)
@@ -160,6 +165,7 @@ def test_parallel_launcher_runs_jobs_side_by_side(tmp_path):
     assert "threads: 1" in (job_dirs(sweep_dir)[0] / "config.yaml").read_text()
 
 
+@pytest.mark.e2e  # a real optuna search
 @pytest.mark.skipif(not importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper"), reason="optuna extra")
 def test_optuna_search_returns_the_objective_and_reports(tmp_path):
     sweep_dir = tmp_path / "sweep"

@@ -84,6 +84,7 @@ def test_a_reward_that_raises_fails_the_job_in_one_line_and_keeps_what_was_writt
     assert (out / "config.yaml").is_file()
 
 
+@pytest.mark.e2e  # a code-generation run with its sandbox
 def test_code_generation_run_logs_the_three_reward_parts(tmp_path):
     out = tmp_path / "code"
     result = run_training(out, "model=tiny_code", "+recipe=code_generation", "grpo.max_steps=3", "logger=none")
@@ -95,7 +96,8 @@ def test_code_generation_run_logs_the_three_reward_parts(tmp_path):
     assert any(r["rewards/syntax/mean"] > 0 for r in rows)
 
 
-@pytest.mark.parametrize("model", ["qwen2_5_0_5b_instruct", "mistral_7b_instruct"])
+# the 7B config's layout (4 bits) takes longest: make test-e2e
+@pytest.mark.parametrize("model", ["qwen2_5_0_5b_instruct", pytest.param("mistral_7b_instruct", marks=pytest.mark.e2e)])
 def test_hub_model_configs_load_through_the_same_path(settings, tmp_path, model):
     """A hub model config, pointed at local weights (no hub here): the embedded model's folder."""
     from grpo_exp.models.tiny import ensure_built
