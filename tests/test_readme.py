@@ -473,9 +473,9 @@ def test_the_link_checks_see_links_anchors_and_headings():
     )
     assert mkdocs_slug("Results — what `report.md` says") == "results-what-reportmd-says"
     assert github_slug("Results — what `report.md` says") == "results--what-reportmd-says"
-    assert {"real-models-on-a-gpu", "offline-gpu-nodes", "staged-rewards"} <= anchors(README)
+    assert {"real-models-on-a-gpu", "scaling-up", "sweeps-on-a-cluster-slurm-or-ray"} <= anchors(DOCS / "gpus.md")
     links = [t for pattern in LINK_TARGETS for t in pattern.findall(without_code(README.read_text(encoding="utf-8")))]
-    assert "#real-models-on-a-gpu" in links
+    assert "docs/gpus.md#real-models-on-a-gpu" in links
 
 
 def test_every_relative_link_names_a_file_and_heading_that_exist():
