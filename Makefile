@@ -35,8 +35,10 @@ CONSTRAINTS ?= $(SETUP_CONSTRAINTS)
 ARGS ?=
 PYTEST_ARGS ?=
 # One pytest worker per core (pytest-xdist); a file's tests stay on one worker, so its module
-# fixtures (a training run shared by several tests) run once. PARALLEL= runs them in one process.
-PARALLEL ?= -n auto --dist loadfile
+# fixtures (a training run shared by several tests) run once. Files start in collection order, which
+# tests/conftest.py sets longest first (xdist's own reorder, by test count, would start the long runs
+# last and leave one worker finishing them alone). PARALLEL= runs them in one process.
+PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
 
 # Where packages come from: the index, or only the wheelhouse.
 SOURCE := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE))

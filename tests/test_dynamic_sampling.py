@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from grpo_exp.tracking.metrics import read_metrics
@@ -58,6 +59,7 @@ def test_dynamic_sampling_trains_no_group_that_scored_alike_and_logs_what_it_dro
     assert json.loads((job / "summary.json").read_text())["status"] == "completed"
 
 
+@pytest.mark.e2e  # a plain 2-step run, as every other training test runs without it
 def test_without_dynamic_sampling_nothing_changes(tmp_path):
     job = tmp_path / "job"
     result = run(

@@ -45,6 +45,7 @@ def test_writing_without_the_recipe_is_cut_at_48_tokens_and_the_monitor_says_so(
     assert "grpo.max_completion_length" in alert["message"]
 
 
+@pytest.mark.e2e  # a 10-step run; the alerts themselves are unit-tested in test_monitoring.py
 def test_the_default_run_is_not_truncated_and_a_constant_part_is_named(tmp_path):
     never = "+reward.parts.never={fn: keyword_share, weight: 0.1, params: {keywords: [NEVER_SAID]}}"
     summary = run(tmp_path, never, *SHORT)
