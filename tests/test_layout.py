@@ -162,12 +162,16 @@ def test_each_job_folder_name_is_written_in_the_folder_module_only():
     assert not elsewhere, f"job-folder names written outside folder.py: {elsewhere}"
 
 
+def package_nodes() -> list[tuple[Path, ast.AST]]:
+    """Every syntax node of the package, with its file."""
+    return [(path, node) for path in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(path.read_text("utf-8")))]
+
+
 def test_the_gpu_is_decided_in_one_function():
     """torch's answer about the machine (``hardware.machine``) is asked for in config/layout.py alone."""
     callers = [
         f"{module_name(path)}:{node.lineno}"
-        for path in PACKAGE.rglob("*.py")
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for path, node in package_nodes()
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and getattr(node.func.value, "id", None) == "hardware"
@@ -188,10 +192,9 @@ def test_the_optimizer_to_trl_table_exists_once():
 def test_no_two_classes_share_a_name():
     """A class name finds one class: two ``Job`` or ``Remedy`` classes send a reader to the wrong file."""
     where: dict[str, list[str]] = {}
-    for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ClassDef):
-                where.setdefault(node.name, []).append(module_name(path))
+    for path, node in package_nodes():
+        if isinstance(node, ast.ClassDef):
+            where.setdefault(node.name, []).append(module_name(path))
     shared = {name: modules for name, modules in where.items() if len(modules) > 1}
     assert not shared, f"class names defined more than once: {shared}"
 

@@ -17,20 +17,11 @@ import pytest
 from grpo_exp.config.schema import LoggerBackend, LoggerSettings
 from grpo_exp.tracking.trackio_run import wandb_keys
 from tests.conftest import ROOT
+from tools.docs_images import BROWSER_ARGS, CHROMIUM  # the browser the docs picture is taken in
 
 pytestmark = pytest.mark.skipif(not importlib.util.find_spec("trackio"), reason="trackio extra not installed")
 
 STEPS = 3
-CHROMIUM = Path("/usr/bin/chromium")  # Debian's package; Playwright's own download needs a reachable host
-BROWSER_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 DASHBOARD_WAIT_S = 60
 
 

@@ -32,7 +32,7 @@ MAX_BYTES = 300_000
 # Learning rates either side of the tiny model's default (1e-3), long enough for the curves to part.
 SWEEP = ("grpo.num_generations=4,8", "optimizer.lr=3e-4,3e-3", "grpo.max_steps=24")
 SWEEP_TIMEOUT_S = 1800
-# As tests/test_trackio.py: Debian's Chromium (Playwright's own download needs a reachable host).
+# Debian's Chromium, as tests/test_trackio.py uses it (Playwright's own download needs a reachable host).
 CHROMIUM = Path("/usr/bin/chromium")
 BROWSER_ARGS = [
     "--no-sandbox",
