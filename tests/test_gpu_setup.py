@@ -16,7 +16,7 @@ from grpo_exp.config.layout import VLLM_RANGE
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
-CPU_EXTRAS = "dev,sweeps,optuna,dashboard,ray,trackio,browser"
+CPU_EXTRAS = "dev,sweeps,optuna,dashboard,ray,trackio,browser,docs"
 
 
 def dry_run(venv: Path, target: str = "setup", *variables: str) -> list[str]:
