@@ -54,6 +54,7 @@ def test_the_wandb_run_logs_the_same_eval_keys(eval_run):
     assert "train/reward" in keys and "eval/reward" in keys
 
 
+@pytest.mark.e2e  # a second training run for one fallback branch
 def test_without_held_out_prompts_the_objective_falls_back_to_training(tmp_path):
     out = tmp_path / "job"
     result = run_training(out, "grpo.max_steps=2", "dataset.eval_fraction=0", "logger=none")

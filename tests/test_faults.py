@@ -338,6 +338,7 @@ def test_a_stop_signal_during_the_model_build_stops_at_once(tmp_path, monkeypatc
     assert summary["status"] == "interrupted" and summary["steps"] == 0
 
 
+@pytest.mark.e2e  # a training run; the non-finite reward's handling is unit-tested too
 def test_a_reward_part_returning_inf_trains_on(tmp_path):
     """Issue 31: a third of the completions scored inf ended the run after one step with an internal error."""
     from tests.conftest import FIXTURES

@@ -145,6 +145,7 @@ def test_a_collapse_again_from_the_same_checkpoint_goes_back_one_further(tmp_pat
     assert [r["index"] for r in summary["rollbacks"]] == [1, 2]
 
 
+@pytest.mark.e2e  # the injected-NaN rollback stays in the fast tier
 def test_a_kl_spike_rolls_back_and_max_rollbacks_reached_stops_with_one_line(tmp_path):
     """A KL limit any update passes: the first spike rolls back, the second ends the run."""
     job = tmp_path / "job"
