@@ -15,10 +15,10 @@ from grpo_exp.training.collapse.detector import CollapseDetector, rollback_recor
 from tests.test_long_runs import last_step, run, start, wait_for
 
 LR = 1e-3
-# A reward that scores by length and returns NaN for every completion of its calls numbered in
-# nan_calls, each once per job (a marker file beside it says it has), so a resume meets none again.
+# A reward that scores by length and diverges for every completion of its calls numbered in nan_calls,
+# each once per job (a marker file beside it says it has), so a resume meets none again: a score past
+# float32's range, which TRL logs as a reward of -inf (all-NaN scores are an unscored step, no collapse).
 NAN_REWARD = """
-import math
 from pathlib import Path
 
 calls = 0
@@ -30,7 +30,7 @@ def reward(completions, **kwargs):
     marker = Path({marker!r} + str(calls))
     if calls in {nan_calls} and not marker.exists():
         marker.touch()
-        return [math.nan] * len(completions)
+        return [-1e39] * len(completions)
     texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
     return [min(len(t), 60) / 60 for t in texts]
 """
@@ -74,6 +74,17 @@ def test_a_kl_spike_or_a_nan_is_a_collapse_back_to_the_step_before(settings):
     nan.observe(6, {"reward": 0.2, "loss": 0.1})
     collapse = nan.observe(7, {"reward": math.nan, "loss": 0.1})
     assert (collapse.cause, collapse.healthy_step) == ("non_finite", 6)
+
+
+def test_an_unscored_step_is_no_collapse_but_an_infinite_reward_or_a_nan_loss_is(settings):
+    """Issue 39: TRL logs the reward of a step nothing scored (a timed-out part under on_timeout=skip) as None."""
+    s = settings("monitor.window=2")
+    detector = CollapseDetector(s.monitor)
+    assert observe_all(detector, [*rows_for([0.5] * 3, []), {"reward": None, "kl": 0.01, "loss": 0.1}]) is None
+    assert list(detector.rewards) == [0.5, 0.5] and detector.healthy  # the unscored step weighed on nothing
+    for bad in ({"reward": math.inf, "loss": 0.1}, {"reward": None, "loss": math.nan}, {"reward": 0.5, "loss": None}):
+        collapse = CollapseDetector(s.monitor).observe(5, bad)
+        assert collapse is not None and collapse.cause == "non_finite", bad
 
 
 def test_warn_is_the_default_and_rollback_needs_checkpoints(settings):
@@ -199,5 +210,5 @@ def test_stop_ends_the_run_at_the_collapse_with_one_line(tmp_path):
     )
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if "monitor.on_collapse=stop" in line]
-    assert len(lines) == 1 and "reward NaN at step 3" in lines[0], result.stderr[-3000:]
+    assert len(lines) == 1 and "reward -inf at step 3" in lines[0], result.stderr[-3000:]
     assert json.loads((job / "summary.json").read_text())["steps"] <= 3

@@ -7,7 +7,11 @@ rollback or a stop acts on:
   peak minus its first window) and stayed that low for ``collapse_window`` steps; a rise below
   ``min_improvement`` is noise, not something to lose;
 - one step's KL above ``collapse_kl_multiple`` x ``kl_threshold``;
-- a NaN or infinite loss or reward.
+- a NaN or infinite loss or reward (a score past float32's range reaches TRL as inf).
+
+A step nothing was scored at (every part None for every completion, e.g. timed out under
+``reward.on_timeout=skip``) has no reward: TRL logs the mean of no scores as None. That is no
+divergence: the step is left out of the reward's judgement (its loss and KL are still judged).
 
 The last healthy point is, for the first kind, the last step before the window in which the reward
 began to fall (never before its peak), and the step before for the others: a rollback goes back to
@@ -26,6 +30,7 @@ from typing import Any
 from grpo_exp.config.schema import MonitorSettings
 
 FINITE_KEYS = ("loss", "reward")  # a NaN or inf here: the run has diverged
+UNSCORED_KEYS = ("reward",)  # None here: nothing was scored (TRL's mean of an all-NaN batch), no divergence
 ROLLBACK_PREFIX = "rollback/"  # the metrics.jsonl row a rollback writes: rollback/<field>
 
 
@@ -63,7 +68,7 @@ class CollapseDetector:
     def observe(self, step: int, logs: dict[str, Any]) -> Collapse | None:
         s, previous = self.settings, self.last_step
         self.last_step = step
-        bad = [k for k in FINITE_KEYS if k in logs and not _finite(logs[k])]  # TRL logs an all-NaN mean as None
+        bad = [k for k in FINITE_KEYS if k in logs and not _finite(logs[k]) and not _unscored(k, logs[k])]
         if bad:
             what = " and ".join(f"{k} {'NaN' if logs[k] is None else logs[k]}" for k in bad)
             return Collapse("non_finite", step, previous, f"{what} at step {step}")
@@ -102,6 +107,10 @@ class CollapseDetector:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _unscored(key: str, value: Any) -> bool:
+    return value is None and key in UNSCORED_KEYS
 
 
 def rollback_records(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
