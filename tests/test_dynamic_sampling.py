@@ -3,15 +3,145 @@
 from __future__ import annotations
 
 import json
+import math
+import statistics
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 
 from grpo_exp.tracking.metrics import read_metrics
-from grpo_exp.training.dynamic_sampling import _merged, _rows
+from grpo_exp.training.dynamic_sampling import DynamicSampling, _merged, _rows
 from tests.test_long_runs import run
 
 DROPPED, ROUNDS, TRAINED_ZERO = (f"dynamic_sampling/{k}" for k in ("dropped_share", "rounds", "trained_zero_std_share"))
+NAN = math.nan
+# What TRL (and rewards/ through log_metric) append once per generation round, and one key that
+# describes the generated completions, which stays per round.
+REWARD_KEYS = ("reward", "reward_std", "frac_reward_zero_std", "rewards/p/mean", "rewards/p/std", "rewards/p/group_std")
+REWARD_KEYS += ("frac_solved", "frac_solved_groups")
+GENERATED_KEY = "completions/mean_length"
+
+
+class FakeTrl:
+    """GRPOTrainer's side of what DynamicSampling calls: each generation scores its rows with the next
+    of ``rounds`` (completions by parts; NaN: unscored) and appends one value per key, as TRL does."""
+
+    def __init__(self, rounds: list[list[list[float]]], group: int = 2, step: int = 0) -> None:
+        self.queue = [torch.tensor(r, dtype=torch.float32) for r in rounds]
+        self.num_generations = group
+        self.reward_weights = torch.tensor([1.0])
+        self.reward_func_names = ["p"]
+        self.multi_objective_aggregation, self.scale_rewards = "sum_then_normalize", "group"
+        self._metrics: dict[str, defaultdict[str, list[float]]] = {"train": defaultdict(list)}
+        self.model = SimpleNamespace(training=True)
+        self.accelerator = SimpleNamespace(num_processes=1)
+        self._tokenizer = SimpleNamespace(pad_token_id=0)
+        self.args = SimpleNamespace(seed=0)
+        self.state = SimpleNamespace(global_step=step)
+        self.train_dataset = [{"prompt": f"p{i}"} for i in range(1000)]
+        self.drawn: list[list[str]] = []  # each generation's prompts
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        return self.queue.pop(0)
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        self.drawn.append([row["prompt"] for row in inputs])
+        scores = self._calculate_rewards(inputs, None, None, None)
+        for key in (*REWARD_KEYS, GENERATED_KEY):
+            self._metrics["train"][key].append(len(self.drawn) * 100.0)  # this round's, whatever it is
+        rows = len(inputs)
+        first = sum(len(d) for d in self.drawn[:-1])  # each row's id: its place among all generated
+        ids = torch.arange(first, first + rows).unsqueeze(1)
+        return {
+            "prompt_ids": ids,
+            "prompt_mask": torch.ones(rows, 1, dtype=torch.long),
+            "completion_ids": ids,
+            "completion_mask": torch.ones(rows, 1, dtype=torch.long),
+            "advantages": scores[:, 0],
+            "num_items_in_batch": torch.tensor(rows),
+        }
+
+
+class Sampler(DynamicSampling, FakeTrl):
+    pass
+
+
+def sampler(rounds: list[list[list[float]]], ceiling: float | None = 1.0, **kwargs: Any) -> Sampler:
+    trainer = Sampler(rounds, **kwargs)
+    trainer.enable_dynamic_sampling(max_rounds=4, ceilings=[ceiling])
+    return trainer
+
+
+def inputs(groups: int, group: int = 2) -> list[dict[str, str]]:
+    return [{"prompt": f"q{g}"} for g in range(groups) for _ in range(group)]
+
+
+def test_the_steps_reward_numbers_describe_the_groups_trained_on():
+    """Issue 39: they were the means of each round's numbers, dropped groups in; other keys stay per round."""
+    trainer = sampler([[[1.0], [0.0], [0.9], [0.9]], [[0.2], [0.8]]])  # round 1 drops (0.9, 0.9); round 2 refills
+    metrics = trainer._metrics["train"]
+    metrics["reward"].append(-1.0)  # an earlier generation batch of the same step
+    trainer._generate_and_score_completions(inputs(2))
+    trained = [1.0, 0.0, 0.2, 0.8]
+    assert metrics["reward"] == [-1.0, pytest.approx(statistics.mean(trained))]
+    assert metrics["reward_std"] == metrics["rewards/p/std"] == [pytest.approx(statistics.stdev(trained))]
+    assert metrics["rewards/p/mean"] == [pytest.approx(0.5)] and metrics["frac_reward_zero_std"] == [0.0]
+    assert metrics["rewards/p/group_std"] == [pytest.approx((0.5 + 0.3) / 2)]  # population std per group, as compose's
+    assert metrics["frac_solved"] == [0.25] and metrics["frac_solved_groups"] == [0.0]  # the 1.0 is at the ceiling
+    assert metrics[GENERATED_KEY] == [100.0, 200.0]  # every completion generated, round by round
+    assert metrics[DROPPED] == [1 / 3] and metrics[ROUNDS] == [1.0]
+
+
+def test_a_group_nothing_scored_is_not_solved_and_one_scored_completion_is_no_spread():
+    """Issue 39: a group of unscored completions counted as solved (``all([])``), unlike rewards/solved.py,
+    and was trained on; with one completion scored (TRL's baseline leaves the other out) it has no advantage."""
+    unscored, one_scored, mixed = [[NAN], [NAN]], [[0.5], [NAN]], [[1.0], [0.0]]
+    trainer = sampler([unscored + one_scored + mixed, [[0.0], [1.0], [0.3], [0.6]]])
+    assert not trainer._solved(torch.tensor(unscored)) and trainer._solved(torch.tensor([[1.0], [NAN]]))
+    batch = trainer._generate_and_score_completions(inputs(3))
+    assert batch["prompt_ids"].flatten().tolist() == [4, 5, 6, 7, 8, 9]  # the mixed group, then round 2's two
+    assert trainer._metrics["train"][DROPPED] == [2 / 5]
+
+
+@pytest.mark.parametrize(
+    ("aggregation", "scale", "zero_std_share"),
+    [("sum_then_normalize", "group", 0.5), ("sum_then_normalize", "batch", 0.0), ("normalize_then_sum", "group", 0.0)],
+)
+def test_frac_reward_zero_std_is_per_group_or_over_the_batch_as_trl_judges_it(aggregation, scale, zero_std_share):
+    trainer = sampler([[[1.0], [1.0], [0.0], [1.0]]])  # a solved group (kept, no spread) and a mixed one
+    trainer.multi_objective_aggregation, trainer.scale_rewards = aggregation, scale
+    trainer._generate_and_score_completions(inputs(2))
+    assert trainer._metrics["train"]["frac_reward_zero_std"] == [zero_std_share]
+
+
+def test_each_generation_batch_of_a_step_refills_from_prompts_of_its_own():
+    """Issue 39: the refill's seed changed only with the step, so a step's batches (gradient accumulation
+    over steps_per_generation) drew the same prompts; a resumed step draws what it drew before."""
+    alike_then_mixed = [[[0.5], [0.5]], [[0.0], [1.0]]]
+    trainer = sampler(alike_then_mixed * 2, step=3)
+    trainer._generate_and_score_completions(inputs(1))
+    trainer._generate_and_score_completions(inputs(1))
+    first, second = trainer.drawn[1], trainer.drawn[3]
+    assert first != second
+    resumed = sampler(alike_then_mixed, step=3)
+    resumed._generate_and_score_completions(inputs(1))
+    assert resumed.drawn[1] == first
+
+
+def test_the_token_count_leaves_tool_results_out_as_trl_does():
+    """Issue 39: the recount took every completion token, tool results (tool_mask 0) too."""
+    batch = {
+        "completion_ids": torch.tensor([[1, 2, 3], [4, 5, 0]]),
+        "completion_mask": torch.tensor([[1, 1, 1], [1, 1, 0]]),
+        "tool_mask": torch.tensor([[1, 0, 1], [1, 1, 1]]),
+        "advantages": torch.tensor([0.5, -0.5]),
+        "num_items_in_batch": torch.tensor(4),
+    }
+    merged = _merged([_rows(batch, slice(0, 1)), _rows(batch, slice(1, 2))], pad=0)
+    assert int(merged["num_items_in_batch"]) == 4
 
 
 def test_groups_from_two_rounds_merge_with_prompts_left_and_completions_right_padded():
@@ -56,6 +186,9 @@ def test_dynamic_sampling_trains_no_group_that_scored_alike_and_logs_what_it_dro
     assert len(rows) == 5 and all(row[TRAINED_ZERO] == 0 for row in rows)
     assert any(row[DROPPED] > 0 and row[ROUNDS] >= 1 for row in rows)  # without it, TRL's frac_reward_zero_std
     assert all(0 <= row[DROPPED] < 1 for row in rows)
+    # TRL's numbers describe the groups trained on: no spread only in solved ones and fillers (issue 39)
+    unspread = [row[TRAINED_ZERO] + row.get("frac_solved_groups", 0.0) for row in rows]
+    assert [row["frac_reward_zero_std"] for row in rows] == pytest.approx(unspread)
     assert json.loads((job / "summary.json").read_text())["status"] == "completed"
 
 

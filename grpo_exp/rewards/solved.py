@@ -14,7 +14,7 @@ which nothing declares); otherwise nothing is logged and the monitor judges as i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 # What each batch logs (through TRL's log_metric; an evaluation's as eval/frac_solved, ...).
@@ -25,6 +25,31 @@ FLOAT_NOISE = 1e-9  # a score this close below its ceiling is at it
 def at_ceiling(score: float | None, ceiling: float | None) -> bool:
     """Whether ``score`` is its part's best; never for an unscored completion or an unknown ceiling."""
     return score is not None and ceiling is not None and score >= ceiling - FLOAT_NOISE * max(1.0, abs(ceiling))
+
+
+def judgeable(ceilings: Sequence[float | None], weights: Sequence[float]) -> bool:
+    """Whether solved can be told: every weighted part has a ceiling and none weighs negatively."""
+    return all(c is not None for c, w in zip(ceilings, weights, strict=True) if w) and min(weights) >= 0
+
+
+def completion_solved(scores: Iterable[float | None], ceilings: Iterable[float | None]) -> bool | None:
+    """Every part that scored the completion (not None) at its ceiling; None when no part scored it."""
+    scored = [(s, c) for s, c in zip(scores, ceilings, strict=True) if s is not None]
+    return all(at_ceiling(s, c) for s, c in scored) if scored else None
+
+
+def group_solved(verdicts: Iterable[bool | None]) -> bool | None:
+    """Every scored completion of a group solved; None when none was scored (neither solved nor not)."""
+    scored = [v for v in verdicts if v is not None]
+    return all(scored) if scored else None
+
+
+def solved_shares(verdicts: Sequence[bool | None], bounds: Iterable[tuple[int, int]]) -> dict[str, float]:
+    """The batch's ``frac_solved`` and ``frac_solved_groups`` (of those with a scored completion), from
+    each completion's verdict and the ``(start, end)`` of each group; empty when nothing was scored."""
+    scored = [v for v in verdicts if v is not None]
+    groups = [g for a, b in bounds if (g := group_solved(verdicts[a:b])) is not None]
+    return {SOLVED: sum(scored) / len(scored), SOLVED_GROUPS: sum(groups) / len(groups)} if scored else {}
 
 
 def group_bounds(prompts: Sequence[Any]) -> Iterator[tuple[int, int]]:
@@ -42,7 +67,7 @@ class SolvedTally:
 
     def __init__(self, ceilings: dict[str, float | None], weights: dict[str, float]) -> None:
         self.ceilings = {name: c for name, c in ceilings.items() if weights[name] != 0}
-        self.known = all(c is not None for c in self.ceilings.values()) and min(weights.values()) >= 0
+        self.known = judgeable([ceilings[n] for n in weights], list(weights.values()))
         self._batch: Any = None  # the completions being scored (TRL hands every part the same list)
         self._scores: dict[str, list[float | None]] = {}
 
@@ -61,19 +86,8 @@ class SolvedTally:
         self._scores[name] = scores
         if len(self._scores) < len(self.ceilings):
             return
-        solved = self._solved(len(completions))
-        scored = [s for s in solved if s is not None]
-        groups = [[s for s in solved[a:b] if s is not None] for a, b in group_bounds(prompts)]
-        groups = [g for g in groups if g]
-        if scored:
-            log_metric(SOLVED, sum(scored) / len(scored))
-            log_metric(SOLVED_GROUPS, sum(all(g) for g in groups) / len(groups))
+        ceilings = [self.ceilings[n] for n in self._scores]
+        verdicts = [completion_solved(row, ceilings) for row in zip(*self._scores.values(), strict=True)]
+        for key, share in solved_shares(verdicts, group_bounds(prompts)).items():
+            log_metric(key, share)
         self._batch, self._scores = None, {}
-
-    def _solved(self, count: int) -> list[bool | None]:
-        """Per completion: every part that scored it at its ceiling (None: no part scored it)."""
-        verdicts: list[bool | None] = []
-        for i in range(count):
-            scored = [(s[i], self.ceilings[n]) for n, s in self._scores.items() if s[i] is not None]
-            verdicts.append(all(at_ceiling(s, c) for s, c in scored) if scored else None)
-        return verdicts

@@ -6,10 +6,20 @@ before the loss, unless the group is solved (every part that scored each complet
 rewards/solved.py: a converged group is success, and DAPO's "accuracy 1" groups stay out of the
 count the monitor watches too), and generates groups for more prompts, drawn seeded from the training
 set as the adaptive profile draws them (profile.sample_rows), until the batch is full or
-``grpo.max_sampling_rounds`` extra rounds are spent; then dropped groups fill what is left. Each step
-logs ``dynamic_sampling/dropped_share`` (of the groups generated), ``dynamic_sampling/rounds`` (extra
-rounds), ``dynamic_sampling/completions`` (generated) and ``dynamic_sampling/trained_zero_std_share``
-(of the groups trained on).
+``grpo.max_sampling_rounds`` extra rounds are spent; then dropped groups fill what is left. Alike is
+judged on the scored completions, as TRL leaves unscored ones out of a group's baseline and zeroes
+their advantage; a group none of whose completions was scored is alike, and never solved.
+
+What a step logs. TRL appends its numbers once per generation round, so a step's would average the
+rounds. The reward's are replaced by the trained batch's (the kept groups, and the dropped ones
+filling it), recomputed from its scores as TRL and rewards/ compute them: TRL's ``reward``,
+``reward_std``, ``frac_reward_zero_std`` (the trained groups whose scores have no spread: solved
+ones and fillers), ``rewards/<part>/mean`` and ``/std``, and ours, ``rewards/<part>/group_std``,
+``frac_solved`` and ``frac_solved_groups``; the collapse detector and the monitor read them. Every
+other key keeps TRL's values, round by round, and describes everything generated, dropped groups
+too (``completions/*`` lengths, ``tools/*``, ``num_tokens``). Ours: ``dynamic_sampling/dropped_share``
+(of the groups generated), ``dynamic_sampling/rounds`` (extra rounds), ``dynamic_sampling/completions``
+(generated) and ``dynamic_sampling/trained_zero_std_share`` (the fillers' share of the groups trained on).
 
 One process only: TRL scores the groups of every process together and hands each its slice.
 """
@@ -19,13 +29,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from trl.trainer.utils import nanstd
 
 from grpo_exp.errors import UserError
-from grpo_exp.rewards.solved import at_ceiling
+from grpo_exp.rewards.compose import group_std
+from grpo_exp.rewards.solved import SOLVED, SOLVED_GROUPS, completion_solved, group_solved, judgeable, solved_shares
+from grpo_exp.tracking.monitor import GROUP_STD_SUFFIX, PART_PREFIX
 from grpo_exp.training.profile import sample_rows
 
 LEFT_PADDED = ("prompt_ids", "prompt_mask")  # TRL pads prompts on the left, completions on the right
 METRIC = "dynamic_sampling/"
+ALIKE = 1e-6  # a spread of totals within this share of the batch's largest (at least 1) is rounding
+TRL_STD_EPSILON = 1e-4  # what TRL adds to a standard deviation it divides by (normalize_then_sum)
 
 
 class DynamicSampling:
@@ -34,6 +49,7 @@ class DynamicSampling:
     dynamic_rounds: int | None = None  # extra generation rounds allowed per batch; None: off
     ceilings: tuple[float | None, ...] = ()
     _scored: torch.Tensor | None = None
+    _batches: tuple[int | None, int] = (None, 0)  # (global step, generation batches begun at it)
 
     def enable_dynamic_sampling(self, max_rounds: int, ceilings: list[float | None]) -> None:
         if self.accelerator.num_processes > 1:
@@ -48,53 +64,131 @@ class DynamicSampling:
         if self.dynamic_rounds is None or not self.model.training:
             return super()._generate_and_score_completions(inputs)
         size, group = len(inputs), self.num_generations
-        kept: list[dict[str, Any]] = []
-        spare: list[dict[str, Any]] = []
+        metrics = self._metrics["train"]
+        logged = {key: len(values) for key, values in metrics.items()}  # by earlier batches of this step
+        index_in_step = self._next_batch()
+        kept: list[tuple[dict[str, Any], torch.Tensor]] = []  # per group: its rows, its scores
+        spare: list[tuple[dict[str, Any], torch.Tensor]] = []
         generated = dropped = rounds = 0
         batch = inputs
         while True:
             output = super()._generate_and_score_completions(batch)
-            for index, useless in enumerate(self._useless_groups()):
-                (spare if useless else kept).append(_rows(output, slice(index * group, (index + 1) * group)))
+            scores = self._scored
+            for index, useless in enumerate(self._useless_groups(scores)):
+                rows = slice(index * group, (index + 1) * group)
+                (spare if useless else kept).append((_rows(output, rows), scores[rows]))
                 dropped += useless
                 generated += 1
             missing = size // group - len(kept)
             if missing <= 0 or rounds >= self.dynamic_rounds:
                 break
             rounds += 1
-            batch = self._more_prompts(missing, rounds)
+            batch = self._more_prompts(missing, index_in_step, rounds)
         trained = (kept + spare)[: size // group]
-        metrics = self._metrics["train"]
+        self._describe_trained(torch.cat([scores for _, scores in trained]), logged)
         metrics[METRIC + "dropped_share"].append(dropped / generated)
         metrics[METRIC + "rounds"].append(float(rounds))
         metrics[METRIC + "completions"].append(float(generated * group))  # generated, kept or not
         metrics[METRIC + "trained_zero_std_share"].append(max(0, len(trained) - len(kept)) / len(trained))
-        return _merged(trained, self._tokenizer.pad_token_id)
+        return _merged([rows for rows, _ in trained], self._tokenizer.pad_token_id)
 
-    def _useless_groups(self) -> list[bool]:
-        """Per group of the batch just scored: all its completions alike and not solved."""
-        scores = self._scored
-        totals = (scores * self.reward_weights.to(scores.device).unsqueeze(0)).nansum(dim=1)
-        groups = totals.view(-1, self.num_generations)
-        alike = (groups.max(dim=1).values - groups.min(dim=1).values).abs() <= 1e-6 * groups.abs().max().clamp(min=1)
-        per_group = scores.view(groups.shape[0], self.num_generations, -1)
-        return [bool(same) and not self._solved(per_group[i]) for i, same in enumerate(alike.tolist())]
+    def _next_batch(self) -> int:
+        """This generation batch's index within the optimizer step: a step generates several when
+        gradient accumulation spans more than ``steps_per_generation``, and each draws its own prompts."""
+        step, begun = self._batches
+        now = self.state.global_step
+        self._batches = (now, begun + 1 if step == now else 1)
+        return self._batches[1] - 1
+
+    def _totals(self, scores: torch.Tensor, parts: torch.Tensor | None = None) -> torch.Tensor:
+        """Each completion's weighted sum of ``parts`` (default: its scores) as TRL sums it; NaN where
+        no part scored it."""
+        parts = scores if parts is None else parts
+        totals = (parts * self.reward_weights.to(scores.device).unsqueeze(0)).nansum(dim=1)
+        totals[torch.isnan(scores).all(dim=1)] = torch.nan
+        return totals
+
+    def _useless_groups(self, scores: torch.Tensor) -> list[bool]:
+        """Per group of the batch just scored: its scored completions all alike, and not solved."""
+        totals = self._totals(scores)
+        tolerance = ALIKE * max(1.0, totals.nan_to_num(nan=0.0).abs().max().item())
+        useless = []
+        for index, row in enumerate(totals.view(-1, self.num_generations).tolist()):
+            values = [t for t in row if t == t]  # t != t: NaN, unscored
+            alike = not values or max(values) - min(values) <= tolerance
+            members = scores[index * self.num_generations : (index + 1) * self.num_generations]
+            useless.append(alike and not self._solved(members))
+        return useless
 
     def _solved(self, group: torch.Tensor) -> bool:
-        """Every completion's scored parts at their ceilings (never when a weighted part's ceiling is unknown)."""
-        if any(c is None for c, w in zip(self.ceilings, self.reward_weights.tolist(), strict=True) if w):
+        """Solved as rewards/solved.py judges a group: every scored completion's weighted parts at
+        their ceilings; never when a weighted part's ceiling is unknown or no completion was scored."""
+        weights = self.reward_weights.tolist()
+        if not judgeable(self.ceilings, weights):
             return False
-        return all(
-            all(at_ceiling(s, c) for s, c in zip(row, self.ceilings, strict=True) if s == s)  # s != s: NaN, unscored
-            for row in group.tolist()
-        )
+        return group_solved(self._verdicts(group)) is True
 
-    def _more_prompts(self, groups: int, round_: int) -> list[dict[str, Any]]:
-        """``groups`` training prompts drawn seeded by step and round, each repeated for its group."""
+    def _verdicts(self, scores: torch.Tensor) -> list[bool | None]:
+        """Per completion: solved (rewards/solved.completion_solved, over the weighted parts)."""
+        weighted = [i for i, w in enumerate(self.reward_weights.tolist()) if w]
+        ceilings = [self.ceilings[i] for i in weighted]
+        return [completion_solved([_score(row[i]) for i in weighted], ceilings) for row in scores.tolist()]
+
+    def _describe_trained(self, scores: torch.Tensor, logged: dict[str, int]) -> None:
+        """Replace the reward numbers this batch's rounds appended with the trained batch's."""
+        metrics = self._metrics["train"]
+        for key, value in self._reward_metrics(scores).items():
+            values = metrics.get(key)
+            if values is None or len(values) <= logged.get(key, 0):
+                continue  # not logged by these rounds (a part without scores, no ceilings known)
+            del values[logged.get(key, 0) :]
+            if value is not None:
+                values.append(value)
+
+    def _reward_metrics(self, scores: torch.Tensor) -> dict[str, float | None]:
+        """The reward's numbers for ``scores`` (completions by parts, NaN: unscored), as TRL's
+        _generate_and_score_completions and rewards/ log them for a batch; None: nothing to log."""
+        group = self.num_generations
+        totals = self._totals(scores)
+        groups = [i // group for i in range(scores.shape[0])]  # group_std's runs of equal prompts
+        numbers: dict[str, float | None] = {}
+        for i, name in enumerate(self.reward_func_names):
+            numbers[f"rewards/{name}/mean"] = torch.nanmean(scores[:, i]).item()
+            numbers[f"rewards/{name}/std"] = nanstd(scores[:, i]).item()
+            part = [_score(s) for s in scores[:, i].tolist()]
+            numbers[PART_PREFIX + name + GROUP_STD_SUFFIX] = group_std(groups, part)
+        numbers["reward"] = torch.nanmean(totals).item()
+        numbers["reward_std"] = nanstd(totals).item()
+        numbers["frac_reward_zero_std"] = self._zero_std_share(scores, totals)
+        if judgeable(self.ceilings, self.reward_weights.tolist()):
+            bounds = [(start, start + group) for start in range(0, scores.shape[0], group)]
+            numbers.update({SOLVED: None, SOLVED_GROUPS: None, **solved_shares(self._verdicts(scores), bounds)})
+        return numbers
+
+    def _zero_std_share(self, scores: torch.Tensor, totals: torch.Tensor) -> float:
+        """TRL's frac_reward_zero_std: the share of completions whose reward's standard deviation is
+        zero, their group's (scale_rewards group or none) or the batch's (batch, or normalize_then_sum)."""
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            grouped = scores.view(-1, self.num_generations, scores.shape[1])
+            mean, std = torch.nanmean(grouped, dim=1, keepdim=True), nanstd(grouped, dim=1, keepdim=True)
+            totals = self._totals(scores, ((grouped - mean) / (std + TRL_STD_EPSILON)).view_as(scores))
+            std = nanstd(totals)
+        elif self.scale_rewards == "batch":
+            std = nanstd(totals)
+        else:
+            std = nanstd(totals.view(-1, self.num_generations), dim=1)
+        return torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+
+    def _more_prompts(self, groups: int, index_in_step: int, round_: int) -> list[dict[str, Any]]:
+        """``groups`` training prompts drawn seeded by step, generation batch and round, each repeated for its group."""
         rows = self.train_dataset
-        seed = self.args.seed + 1000 * self.state.global_step + round_
-        picked = sample_rows(len(rows), groups, seed)
+        picked = sample_rows(len(rows), groups, f"{self.args.seed}/{self.state.global_step}/{index_in_step}/{round_}")
         return [rows[i] for i in picked for _ in range(self.num_generations)]
+
+
+def _score(value: float) -> float | None:
+    """A score from TRL's tensor of them: NaN is an unscored completion (None)."""
+    return None if value != value else value
 
 
 def _rows(output: dict[str, Any], rows: slice) -> dict[str, Any]:
@@ -118,7 +212,8 @@ def _merged(parts: list[dict[str, Any]], pad: int) -> dict[str, Any]:
             left = key in LEFT_PADDED
             values = [_pad(v, width, fill, left) for v in values]
         merged[key] = torch.cat(values)
-    merged["num_items_in_batch"] = merged["completion_mask"].sum()
+    loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)  # as TRL: tool results are no loss tokens
+    merged["num_items_in_batch"] = loss_mask.sum()
     return merged
 
 

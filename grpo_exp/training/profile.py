@@ -145,8 +145,9 @@ class Sampler:
         return totals, parts
 
 
-def sample_rows(size: int, limit: int | None, seed: int) -> list[int]:
-    """Row indices to sample: all of them, or a seeded sample of ``limit``, in order."""
+def sample_rows(size: int, limit: int | None, seed: int | str) -> list[int]:
+    """Row indices to sample: all of them, or a seeded sample of ``limit``, in order (a str seed, e.g.
+    of several numbers joined, names a draw without one number standing for another)."""
     if limit is None or limit >= size:
         return list(range(size))
     return sorted(random.Random(seed).sample(range(size), limit))
