@@ -1,18 +1,20 @@
 """monitor.on_collapse: what a collapse is (the detector), and rollbacks for real on the tiny model:
-an injected NaN reward, a KL spike with max_rollbacks reached, and a rollback then SIGKILL then resume."""
+an injected NaN reward, a KL spike with max_rollbacks reached, and a rollback then SIGKILL then resume;
+what rank 0 decides for every rank, and what W&B is sent after a rollback."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from grpo_exp.tracking.metrics import read_metrics
 from grpo_exp.training import checkpoints
 from grpo_exp.training.collapse.detector import CollapseDetector, rollback_records
-from tests.test_long_runs import last_step, run, start, wait_for
+from tests.test_long_runs import last_step, run, start, wait_for, wandb_history
 
 LR = 1e-3
 # A reward that scores by length and returns NaN for every completion of its calls numbered in
@@ -34,7 +36,8 @@ def reward(completions, **kwargs):
     texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
     return [min(len(t), 60) / 60 for t in texts]
 """
-QUIET = ("logger=none", "dataset.eval_fraction=0", "save_model=false", "threads=1", f"optimizer.lr={LR}")
+SHORT = ("dataset.eval_fraction=0", "save_model=false", "threads=1", f"optimizer.lr={LR}")
+QUIET = ("logger=none", *SHORT)
 
 
 def rows_for(rise: list[float], fall: list[float]) -> list[dict]:
@@ -128,7 +131,8 @@ def test_a_collapse_again_from_the_same_checkpoint_goes_back_one_further(tmp_pat
     checkpoint; both rollbacks stay on record though the second rewinds past the first's row."""
     job = tmp_path / "job"
     result = run(
-        *QUIET,
+        *SHORT,
+        "logger.mode=offline",
         *nan_reward(tmp_path, 7, 8),
         "grpo.max_steps=10",
         "monitor.on_collapse=rollback",
@@ -143,6 +147,8 @@ def test_a_collapse_again_from_the_same_checkpoint_goes_back_one_further(tmp_pat
     assert "optimizer.lr 0.0005 -> 0.00025" in records[1]["change"]
     summary = json.loads((job / "summary.json").read_text())
     assert [r["index"] for r in summary["rollbacks"]] == [1, 2]
+    ((_, trained),) = wandb_history(job)
+    assert trained == list(range(1, 11)), "W&B gets each step once: the collapsed stages sent theirs up to step 7"
 
 
 @pytest.mark.e2e  # the injected-NaN rollback stays in the fast tier
@@ -201,3 +207,38 @@ def test_stop_ends_the_run_at_the_collapse_with_one_line(tmp_path):
     lines = [line for line in result.stderr.splitlines() if "monitor.on_collapse=stop" in line]
     assert len(lines) == 1 and "reward NaN at step 3" in lines[0], result.stderr[-3000:]
     assert json.loads((job / "summary.json").read_text())["steps"] <= 3
+
+
+class StageTrainer:
+    """What ``Trackers.follow`` touches of a stage's trainer: its callbacks, transformers' W&B one among them."""
+
+    def __init__(self) -> None:
+        self.callback_handler = SimpleNamespace(callbacks=[])
+        self.added: list = []
+
+    def pop_callback(self, kind: type) -> type:
+        return kind
+
+    def add_callback(self, callback) -> None:
+        self.added.append(callback)
+
+
+def test_the_stage_after_a_rollback_sends_w_and_b_only_the_steps_it_lacks(monkeypatch):
+    """Collapsed at step 7, back to 6: the next stage trains 7-12 again, and W&B, which keeps one value
+    per step, already holds 7. A step's evaluation (12 twice: training, then held-out) still goes."""
+    from transformers.integrations import WandbCallback
+
+    from grpo_exp.training.lifecycle import Trackers
+
+    sent: list[int] = []
+    monkeypatch.setattr(
+        WandbCallback, "on_log", lambda self, args, state, control, **kw: sent.append(state.global_step)
+    )
+    trackers = Trackers(opening=None, trackio=None, mode="offline", sent=0)
+    for steps in ([1, 2, 3, 4, 5, 6, 7], [7, 8, 9, 10, 11, 12, 12]):
+        trainer = StageTrainer()
+        trackers.follow(trainer)
+        (guard,) = trainer.added
+        for step in steps:
+            guard.on_log(SimpleNamespace(report_to=["wandb"]), SimpleNamespace(global_step=step), None, logs={})
+    assert sent == [*range(1, 13), 12]
