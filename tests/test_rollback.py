@@ -242,3 +242,55 @@ def test_the_stage_after_a_rollback_sends_w_and_b_only_the_steps_it_lacks(monkey
         for step in steps:
             guard.on_log(SimpleNamespace(report_to=["wandb"]), SimpleNamespace(global_step=step), None, logs={})
     assert sent == [*range(1, 13), 12]
+
+
+class FromRank0:
+    """torch.distributed as rank 1 sees it in ``ranks``: rank 0's answer arrives by broadcast."""
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+
+    def broadcast_object_list(self, box: list, src: int) -> None:
+        box[0] = (True, self.answer)
+
+
+def test_every_rank_trains_the_stage_rank_0_decided(tmp_path, settings, monkeypatch):
+    """Under torchrun rank 0 alone rewinds metrics.jsonl (on resume and at a rollback) and deletes
+    checkpoints; another rank may still read the old file. Each stage comes from rank 0's decision:
+    its checkpoint, its remedy (learning rate, group size), the rows its detector replays; this rank
+    neither reads its folder for them nor touches it."""
+    from grpo_exp.folder import JobFolder
+    from grpo_exp.tracking.monitor import HealthMonitor
+    from grpo_exp.training import ranks
+    from grpo_exp.training.checkpoints import Checkpoint, ResumePoint
+    from grpo_exp.training.collapse.detector import Collapse
+    from grpo_exp.training.collapse.rollback import LearningRateRemedy, RollbackStages, StageStart
+    from grpo_exp.training.stops import StopRequest
+
+    s = settings("monitor.on_collapse=rollback", "grpo.save_steps=2", "monitor.remedy.num_generations=8")
+    folder = JobFolder(tmp_path)
+    stale = rows_for([0.1] * 9, [])  # this rank's copy: steps 1-9, neither rewound nor holding the rollback
+    for step, row in enumerate(stale, start=1):
+        folder.append_row({"step": step, **row})
+    folder.checkpoint(8).mkdir()
+    spec = SimpleNamespace(settings=s, layout=SimpleNamespace(processes=2))
+    resumed = Checkpoint(folder.checkpoint(6), 6, {"monitor": {}})
+    stages = RollbackStages(spec, folder, HealthMonitor(s.monitor), ResumePoint(resumed, {}), StopRequest())
+    monkeypatch.setattr(ranks, "_rank", lambda: 1)
+
+    history = [{"step": step, **row} for step, row in enumerate(stale[:6], start=1)]
+    monkeypatch.setattr(ranks, "_group", lambda: FromRank0(StageStart(resumed, [], history)))
+    first = stages.next_stage(None)
+    assert first.resume_from.step == 6 and first.settings.grpo.num_generations == s.grpo.num_generations
+    assert first.callbacks[0].detector.last_step == 6, "rank 0's rows replayed, not this rank's up to step 9"
+
+    record = {"index": 1, "to_step": 4, "from_step": 7, "cause": "non_finite", "message": "NaN", "change": "lr"}
+    target = Checkpoint(folder.checkpoint(4), 4, {"monitor": {}})
+    monkeypatch.setattr(ranks, "_group", lambda: FromRank0(StageStart(target, [record], history[:4], record)))
+    stages.watch.collapse = Collapse("non_finite", 7, 6, "reward NaN at step 7")
+    second = stages.next_stage(object())
+    assert second.resume_from is target and second.settings.grpo.num_generations == 8
+    (remedy,) = [c for c in second.callbacks if isinstance(c, LearningRateRemedy)]
+    assert (remedy.factor, remedy.since) == (s.monitor.remedy.lr_factor, 4)
+    assert second.callbacks[0].detector.last_step == 4 and stages.pending == [record]
+    assert len(folder.rows()) == len(stale) and folder.checkpoint(8).is_dir(), "rank 0 alone writes the folder"
