@@ -151,7 +151,7 @@ ROLLBACK = (
 )
 
 
-@pytest.mark.e2e  # two ranks roll back a collapse: about 2 minutes
+@pytest.mark.e2e  # two ranks roll back a collapse: about a minute
 def test_two_ranks_roll_back_together_at_one_learning_rate(tmp_path):
     """Rank 0 alone decides the rollback and rewrites metrics.jsonl; every rank trains on from the same
     checkpoint with the same remedy: the learning rates each rank logged agree step by step."""
