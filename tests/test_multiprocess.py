@@ -1,8 +1,9 @@
 """Two real training processes on the CPU (torchrun, gloo): one job, one record, one stop.
 
 ``torchrun --nproc_per_node 2`` starts two ranks that train the tiny model together. A reward part
-(tests/fixtures/rank_rewards.py) notes from inside each process its rank, WORLD_SIZE and the share
-of the batch it scored, so these tests see that there were two processes, not one.
+(tests/fixtures/rank_rewards.py) notes from inside each process its rank, WORLD_SIZE, the share
+of the batch it scored and the learning rate it trains at, so these tests see that there were two
+processes, not one, and that they agree.
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from pathlib import Path
 
 import pytest
 
+from grpo_exp.folder import JobFolder
 from grpo_exp.tracking.metrics import read_metrics, training_rows
+from grpo_exp.training.collapse.detector import rollback_records
 from tests.conftest import ROOT
 
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 RANK_PART = "+reward.parts.ranks={fn: tests.fixtures.rank_rewards.note_rank, weight: 0.0}"
 QUICK = ("logger=none", "dataset.eval_fraction=0", "grpo.max_completion_length=24", RANK_PART)
+WAIT_S = 600  # a run of a dozen steps on two ranks takes 1-3 minutes on 2 busy cores
 
 
 def launch(out: Path, *overrides: str, command: list[str] | None = None) -> subprocess.Popen[str]:
@@ -35,8 +39,14 @@ def launch(out: Path, *overrides: str, command: list[str] | None = None) -> subp
     )
 
 
-def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
-    console, _ = process.communicate(timeout=600)
+def finish(process: subprocess.Popen[str], timeout: float = WAIT_S) -> tuple[int, str]:
+    """The launch's exit code and console; a launch that hangs (ranks waiting on each other) is killed."""
+    try:
+        console, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        console, _ = process.communicate()
+        raise AssertionError(f"the ranks hung: no end within {timeout:.0f} s; {console[-3000:]}") from None
     return process.returncode, console
 
 
@@ -123,6 +133,44 @@ def test_a_signal_to_one_rank_stops_both_with_a_checkpoint_and_the_launch_resume
     rows = training_rows(read_metrics(out / "metrics.jsonl"))
     assert [r["step"] for r in rows] == list(range(1, steps + 1)), "every step exactly once"
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+
+
+ROLLBACK_LR = 1e-3
+BAD_CALL = 5  # each rank's 5th batch scores past float32's range: step 5 collapses, the run goes back to step 4
+ROLLBACK = (
+    "reward=custom",
+    "reward.parts.main.fn=tests.fixtures.rank_rewards.noted_divergence",
+    f"+reward.parts.main.params.bad_call={BAD_CALL}",
+    "reward.parts.main.ceiling=1.0",
+    "monitor.on_collapse=rollback",
+    "monitor.healthy_every=2",
+    "monitor.remedy.warmup_steps=2",
+    f"optimizer.lr={ROLLBACK_LR}",
+    "save_model=false",
+    "threads=1",
+)
+
+
+@pytest.mark.e2e  # two ranks roll back a collapse: about a minute
+def test_two_ranks_roll_back_together_at_one_learning_rate(tmp_path):
+    """Rank 0 alone decides the rollback and rewrites metrics.jsonl; every rank trains on from the same
+    checkpoint with the same remedy: the learning rates each rank logged agree step by step."""
+    out, steps = tmp_path / "job", 8
+    command = [TORCHRUN, "--nproc_per_node", "2", "run.py", f"hydra.run.dir={out}", *QUICK[:-1], *ROLLBACK]
+    code, console = finish(launch(out, command=[*command, f"grpo.max_steps={steps}"]))
+    assert code == 0, console[-3000:]
+    all_rows = JobFolder(out).rows()
+    rows = training_rows(all_rows)
+    assert [r["step"] for r in rows] == list(range(1, steps + 1)), "every step once"
+    (rollback,) = rollback_records(all_rows)
+    assert (rollback["from_step"], rollback["to_step"]) == (BAD_CALL, BAD_CALL - 1)
+    calls = noted(tmp_path)
+    assert {c["world_size"] for c in calls} == {2}
+    lrs = {r: {c["lr_step"]: c["lr"] for c in calls if c["rank"] == r and c["lr_step"]} for r in (0, 1)}
+    assert lrs[0] == lrs[1], "the ranks train at different learning rates"
+    logged = {r["step"]: r["learning_rate"] for r in rows}  # rank 0's, in metrics.jsonl
+    assert lrs[0] == {s: logged[s] for s in lrs[0]} and max(lrs[0]) == steps - 1
+    assert all(lr <= ROLLBACK_LR / 2 for s, lr in lrs[1].items() if s >= BAD_CALL), "the remedy, on rank 1 too"
 
 
 def test_a_launch_without_a_folder_is_refused_in_one_line():

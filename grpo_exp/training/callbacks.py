@@ -88,13 +88,15 @@ class GuardedWandbCallback(WandbCallback):
 
     A W&B failure (its service process gone, the network, the disk) is one warning
     (``wandb_run.safely``); then W&B is off for the job, TRL's completions tables included.
-    A resumed job trains again the steps between its checkpoint and the stop; W&B keeps one value
-    per step, so those (up to ``sent_step``) are not sent twice.
+    A resumed job trains again the steps between its checkpoint and the stop, a rolled-back one those
+    between its checkpoint and the collapse; W&B keeps one value per step, so those (up to
+    ``sent_step``) are not sent twice. ``held``: the last step W&B holds, this stage's included, which
+    the next stage's callback starts from (``lifecycle.Trackers.follow``).
     """
 
     def __init__(self, sent_step: int = 0) -> None:
         super().__init__()
-        self.sent_step = sent_step
+        self.sent_step = self.held = sent_step
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._guarded(args, super().on_train_begin, args, state, control, **kwargs)
@@ -103,8 +105,9 @@ class GuardedWandbCallback(WandbCallback):
         self._guarded(args, super().on_train_end, args, state, control, **kwargs)
 
     def on_log(self, args, state, control, **kwargs):
-        if state.global_step > self.sent_step:
+        if state.global_step > self.sent_step:  # a step's evaluation comes after its training row: both go
             self._guarded(args, super().on_log, args, state, control, **kwargs)
+            self.held = max(self.held, state.global_step)
 
     def on_save(self, args, state, control, **kwargs):
         self._guarded(args, super().on_save, args, state, control, **kwargs)

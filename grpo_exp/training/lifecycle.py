@@ -14,7 +14,7 @@ import gc
 import logging
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_exp.folder import JobFolder
 from grpo_exp.spec import JobSpec
@@ -35,6 +35,9 @@ from grpo_exp.training import checkpoints, ranks
 from grpo_exp.training.checkpoints import ResumePoint
 from grpo_exp.training.records import JobRecords
 from grpo_exp.training.stops import JobStopped, StoppedBeforeTraining, StopRequest
+
+if TYPE_CHECKING:  # transformers loads later, while the W&B run opens
+    from grpo_exp.training.callbacks import GuardedWandbCallback
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +125,9 @@ class Trackers:
     trackio: Any
     mode: str  # W&B's: online, offline or disabled
     run: Any = None  # the W&B run, once joined
-    sent: int | None = None  # the last step W&B held when joined (None: not joined yet)
+    sent: int | None = None  # the last step W&B holds, as of the current stage's start (None: not joined yet)
     hint: str | None = None  # how to see the run, for the job's closing lines
+    guard: GuardedWandbCallback | None = None  # the current stage's
 
     @property
     def joined(self) -> bool:
@@ -145,8 +149,8 @@ class Trackers:
 
     def follow(self, trainer: Any) -> None:
         """Hand the trackers to a stage's trainer: alerts go to the W&B run's summary, a W&B failure is one
-        warning (``GuardedWandbCallback``), after a resume the steps W&B holds already are not sent twice,
-        and trackio gets its callback."""
+        warning (``GuardedWandbCallback``), the steps W&B holds already are not sent twice (after a resume,
+        and after a rollback: the previous stage sent them up to its collapse), and trackio gets its callback."""
         from transformers.integrations import WandbCallback
 
         from grpo_exp.training.callbacks import GuardedWandbCallback, JobCallback
@@ -154,8 +158,11 @@ class Trackers:
         for callback in trainer.callback_handler.callbacks:
             if isinstance(callback, JobCallback):
                 callback.run = self.run
+        if self.guard is not None:
+            self.sent = max(self.sent or 0, self.guard.held)
         if trainer.pop_callback(WandbCallback) is not None:
-            trainer.add_callback(GuardedWandbCallback(self.sent or 0))
+            self.guard = GuardedWandbCallback(self.sent or 0)
+            trainer.add_callback(self.guard)
         if self.trackio is not None:
             trainer.add_callback(self.trackio.callback())
 

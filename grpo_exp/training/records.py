@@ -59,7 +59,7 @@ class JobRecords:
             outcome["resumed_from"] = point.step
             if point.checkpoint:
                 monitor.load_state_dict(point.checkpoint.state.get("monitor", {}))
-            if primary:
+            if primary:  # a rollback schedule hands the other ranks the rows they need (collapse/rollback.py)
                 folder.rewind(point.step)
             known = point.run_info.get("wandb", {})
             identity = dataclasses.replace(identity, name=known.get("name", identity.name), group=known.get("group"))

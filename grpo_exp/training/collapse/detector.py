@@ -56,9 +56,8 @@ class CollapseDetector:
 
     def replay(self, rows: Iterable[dict[str, Any]]) -> None:
         """Rebuild the state from earlier training rows (a resumed or rolled-back run's ``metrics.jsonl``)."""
-        for row in rows:
-            if "reward" in row and not any(k.startswith(ROLLBACK_PREFIX) for k in row):
-                self.observe(int(row["step"]), row)
+        for row in replayed(rows):
+            self.observe(int(row["step"]), row)
 
     @property
     def healthy(self) -> bool:
@@ -111,6 +110,16 @@ def _finite(value: Any) -> bool:
 
 def _unscored(key: str, value: Any) -> bool:
     return value is None and key in UNSCORED_KEYS
+
+
+def replayed(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The training rows ``replay`` observes, cut to the keys ``observe`` reads: what rank 0 shares with
+    the other ranks, whose detectors must judge as its own does."""
+    return [
+        {k: row[k] for k in ("step", "kl", *FINITE_KEYS) if k in row}
+        for row in rows
+        if "reward" in row and not any(k.startswith(ROLLBACK_PREFIX) for k in row)
+    ]
 
 
 def rollback_records(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -12,6 +12,12 @@ the learning rate times ``monitor.remedy.lr_factor`` (compounding over rollbacks
 A run killed after a rollback resumes as any run does; the rollback rows left in ``metrics.jsonl``
 re-apply the remedy (``LearningRateRemedy``) and count towards ``monitor.max_rollbacks``. Past that count the
 next collapse ends the run with one line, as ``on_collapse=stop`` ends it at the first.
+
+Under torchrun or accelerate, rank 0 alone decides each stage's start (``ranks.decided_by_primary``):
+it checks the budget, picks the checkpoint, deletes the newer ones and rewrites ``metrics.jsonl``,
+then hands every rank the checkpoint, the rollback records and the rows the detector replays. No rank
+reads a file another is rewriting (after a resume too: rank 0 has rewound it), so every rank trains
+the same stage with the same remedy and judges, and saves, at the same steps.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import json
 import logging
 import math
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +37,18 @@ from grpo_exp.config.schema import OnCollapse
 from grpo_exp.errors import UserError
 from grpo_exp.folder import SEAL_FILE, JobFolder
 from grpo_exp.spec import JobSpec
-from grpo_exp.tracking.metrics import is_evaluation, training_rows
+from grpo_exp.tracking.metrics import is_evaluation
 from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.tracking.wandb_run import safely
-from grpo_exp.training import checkpoints
+from grpo_exp.training import checkpoints, ranks
 from grpo_exp.training.checkpoints import Checkpoint, ResumePoint
-from grpo_exp.training.collapse.detector import ROLLBACK_PREFIX, Collapse, CollapseDetector, rollback_records
+from grpo_exp.training.collapse.detector import (
+    ROLLBACK_PREFIX,
+    Collapse,
+    CollapseDetector,
+    replayed,
+    rollback_records,
+)
 from grpo_exp.training.stage import Stage
 from grpo_exp.training.stops import StopRequest
 
@@ -48,12 +61,12 @@ class Collapsed(UserError):
 
 class CollapseWatch(TrainerCallback):
     """Judges each training step; asks for healthy checkpoints; at a collapse ends the stage (rollback)
-    or the run (stop)."""
+    or the run (stop). ``history``: the earlier training rows its detector replays (``StageStart``)."""
 
-    def __init__(self, spec: JobSpec, folder: JobFolder, since: int) -> None:
+    def __init__(self, spec: JobSpec, history: list[dict[str, Any]], since: int) -> None:
         self.settings = spec.settings.monitor
         self.detector = CollapseDetector(self.settings)
-        self.detector.replay(training_rows(folder.rows()))
+        self.detector.replay(history)
         self.last_save = since  # the step the stage starts from holds a checkpoint (or is step 0)
         self.saved: list[int] = []  # healthy checkpoints asked for, oldest first
         self.collapse: Collapse | None = None
@@ -119,6 +132,16 @@ class LearningRateRemedy(TrainerCallback):
 FIX = "lower optimizer.lr, raise grpo.num_generations, or simplify the reward"
 
 
+@dataclass(frozen=True)
+class StageStart:
+    """What rank 0 decided a stage starts from, the same on every rank."""
+
+    checkpoint: Checkpoint | None  # None: step 0
+    records: list[dict[str, Any]]  # the rollbacks on record, oldest first: the remedy applies them
+    history: list[dict[str, Any]]  # the training rows up to ``checkpoint`` (``detector.replayed``)
+    rollback: dict[str, Any] | None = None  # the rollback that led here, if one did
+
+
 class RollbackStages:
     """A plain run that goes back to its last healthy checkpoint at a collapse (``on_collapse=rollback``),
     or one that only watches (``stop``): one stage, then one more per rollback."""
@@ -132,17 +155,20 @@ class RollbackStages:
         self.pending: list[dict[str, Any]] = []  # rollbacks for W&B, sent once the run is open
 
     def next_stage(self, previous: Any) -> Stage | None:
+        collapse = None
         if previous is not None:
             collapse = self.watch.collapse if self.watch else None
             if collapse is None or self.stop.signum is not None:
                 return None
-            self.start = self._roll_back(collapse)
-        records = rollback_records(self.folder.rows())
+        start = ranks.decided_by_primary(lambda: self._decide(collapse))
+        if collapse is not None and start.rollback is not None:
+            self._rolled_back(collapse, start)
+        self.start, records = start.checkpoint, start.records
         settings, remedy = self.spec.settings, self.spec.settings.monitor.remedy
         if records and remedy.num_generations:
             settings = checks.with_group(settings, remedy.num_generations, self.spec.layout.processes)
         since = self.start.step if self.start else 0
-        self.watch = CollapseWatch(self.spec, self.folder, since)
+        self.watch = CollapseWatch(self.spec, start.history, since)
         callbacks: list[TrainerCallback] = [self.watch]
         if records:
             factor = math.prod(remedy.lr_factor for _ in records)
@@ -165,13 +191,23 @@ class RollbackStages:
             )
         self.pending.clear()
 
-    def _roll_back(self, collapse: Collapse) -> Checkpoint:
-        """Back to the newest whole checkpoint at or before the last healthy step; the rollback recorded."""
-        done = rollback_records(self.folder.rows())
+    def _decide(self, collapse: Collapse | None) -> StageStart:
+        """Where the next stage starts, read from the job folder (rank 0 alone: it writes it too); after
+        ``collapse``, back to the newest whole checkpoint at or before the last healthy step, recorded."""
+        rows = self.folder.rows()
+        if collapse is None:
+            return StageStart(self.start, rollback_records(rows), replayed(rows))
+        done = rollback_records(rows)
         self._check_budget(collapse, done)
         target = self._target(collapse, done)
         record = self._record(collapse, target.step, len(done) + 1)
         self._rewind(target, done, record)
+        rows = self.folder.rows()
+        return StageStart(target, rollback_records(rows), replayed(rows), record)
+
+    def _rolled_back(self, collapse: Collapse, start: StageStart) -> None:
+        """On every rank: the health monitor as the checkpoint left it, the rollback said and kept for W&B."""
+        target, record = start.checkpoint, start.rollback
         self.monitor.load_state_dict(target.state.get("monitor", {}))
         log.warning(
             "step %d: %s; rollback %d of %d: back to step %d, %s",
@@ -183,7 +219,6 @@ class RollbackStages:
             record["change"],
         )
         self.pending.append(record)
-        return target
 
     def _check_budget(self, collapse: Collapse, done: list[dict[str, Any]]) -> None:
         """Past ``monitor.max_rollbacks`` a collapse ends the run, as ``on_collapse=stop`` does."""
@@ -217,15 +252,14 @@ class RollbackStages:
 
     def _rewind(self, target: Checkpoint, done: list[dict[str, Any]], record: dict[str, Any]) -> None:
         """Drop what came after ``target``: newer checkpoints, and ``metrics.jsonl``'s later rows (the
-        steps are trained again and logged once); then the rollback's row."""
+        steps are trained again and logged once); then the rollback's row. Rank 0's alone (``_decide``)."""
         for step, path in self.folder.checkpoints():
             if step > target.step:
                 shutil.rmtree(path, ignore_errors=True)
-        if self.spec.layout.primary:
-            self.folder.rewind(target.step)
-            # an earlier rollback's row that the rewind dropped (it went back less far) stays on record here
-            for row in [*(r for r in done if r["to_step"] > target.step), record]:
-                self.folder.append_row({"step": target.step, **{ROLLBACK_PREFIX + k: v for k, v in row.items()}})
+        self.folder.rewind(target.step)
+        # an earlier rollback's row that the rewind dropped (it went back less far) stays on record here
+        for row in [*(r for r in done if r["to_step"] > target.step), record]:
+            self.folder.append_row({"step": target.step, **{ROLLBACK_PREFIX + k: v for k, v in row.items()}})
 
     def _record(self, collapse: Collapse, to_step: int, index: int) -> dict[str, Any]:
         remedy, lr = self.spec.settings.monitor.remedy, self.spec.settings.optimizer.lr
