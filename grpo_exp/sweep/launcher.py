@@ -74,7 +74,7 @@ def launch(
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
     numbered = [(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
-    configs = {n: _job_config(hydra_context, config, n, o) for n, o in numbered}
+    configs = {n: job_config(hydra_context, config, n, o) for n, o in numbered}
     at_once, slots, on_gpu = _slots(n_jobs, memory_margin, configs, config)
     where = f" on GPUs {', '.join(map(str, slots.room))}" if slots else " on the CPU"
     log.info("launching %d jobs, %d at a time%s, into %s", len(numbered), at_once, where, sweep_dir)
@@ -109,7 +109,8 @@ def launch(
     return [returns[number] for number, _ in numbered]
 
 
-def _job_config(hydra_context: HydraContext, config: DictConfig, number: int, overrides: list[str]) -> DictConfig:
+def job_config(hydra_context: HydraContext, config: DictConfig, number: int, overrides: list[str]) -> DictConfig:
+    """Job ``number``'s config as Hydra's launchers compose it: the sweep's config with the job's overrides."""
     sweep_config = hydra_context.config_loader.load_sweep_config(config, overrides)
     with open_dict(sweep_config):
         sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{number}"
@@ -224,7 +225,7 @@ def _job_process(payload: bytes, results: Connection, gpu: int | None) -> None:
     Singleton.set_state(state)
     from hydra.core.hydra_config import HydraConfig
 
-    sweep_config = _job_config(hydra_context, config, number, overrides)
+    sweep_config = job_config(hydra_context, config, number, overrides)
     HydraConfig.instance().set_config(sweep_config)
     returned = run_job(
         hydra_context=hydra_context,
