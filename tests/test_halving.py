@@ -183,9 +183,12 @@ def test_a_rung_decided_without_a_failed_job_is_decided_again_once_it_is_re_run(
     with resume=auto it scores best there, and the rung is decided again instead of reusing the record."""
     fake = FakeSweep(tmp_path, {(0, FIRST_RUNG): 0.5, (1, FIRST_RUNG): None, (0, MAX_STEPS): 0.6})
     cfg = halving_config([])
-    halving.run(LRS, tmp_path, cfg, fake.launch)
+    with caplog.at_level(logging.INFO, logger="grpo_exp"):
+        halving.run(LRS, tmp_path, cfg, fake.launch)
     first = read_json(tmp_path / HALVING_FILE)["rungs"][0]
     assert first["kept"] == ["optimizer.lr=1e-4"] and fake.trained(1) == [0]
+    assert "rung 0 (step 2): no score from job(s) 1 (failed, or no summary.json)" in caplog.text
+    caplog.clear()
 
     fake.scores |= {(1, FIRST_RUNG): 0.9, (1, MAX_STEPS): 0.95}
     fake.batches.clear()

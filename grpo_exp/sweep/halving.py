@@ -178,7 +178,7 @@ def _rung(
             HALVING_FILE,
             f"job(s) {', '.join(map(str, lacked))}" if lacked else "a configuration's score",
         )
-    if missing:
+    if missing and not last:  # the last rung eliminates nobody; the sweep's outcome names what failed
         log.warning(
             "%s: no score from job(s) %s (failed, or no %s): a configuration without one ranks last; run the same "
             "command with resume=auto once they are fixed to decide this rung again",

@@ -35,7 +35,7 @@ def launch(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_id
 
 def planned_options(launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> DictConfig:
     """The launcher's ``ray`` settings with ``remote.num_gpus`` a number: as given, or from the jobs' plan."""
-    ray = OmegaConf.create(OmegaConf.to_container(launcher.configured))
+    ray = OmegaConf.create(OmegaConf.to_container(launcher.configured, resolve=True))  # a copy: each launch plans anew
     if str(ray.remote.get("num_gpus")) != packing.AUTO:
         return ray
     configs = {
