@@ -107,6 +107,7 @@ def test_ray_runs_a_two_job_sweep_with_a_wandb_run_each_and_the_report(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert "Ray Launcher is launching 2 jobs" in output and "(_run_job pid=" in output, "the jobs ran as Ray tasks"
+    assert "the jobs train on the CPU here, so they ask for num_gpus=0" in output  # num_gpus=auto, planned
     for job in ("0", "1"):
         summary = json.loads((tmp_path / job / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["steps"] == STEPS
