@@ -7,12 +7,18 @@ Config errors from Hydra and OmegaConf are described in config/errors.py.
 from __future__ import annotations
 
 import errno
+import re
 from collections.abc import Iterator
 
 # The exit code of every command that refuses its input with a one-line error (run.py, plan, repair, dashboard).
 EXIT_USER_ERROR = 2
 # What a write to a full disk (or a full quota) raises.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+# safetensors (model.safetensors, adapter_model.safetensors) fails a write with its own exception, no
+# OSError: "Error while serializing: I/O error: No space left on device (os error 28)", Rust's io::Error.
+_SAFETENSORS_ERROR = "SafetensorError"
+_SAFETENSORS_IO = "I/O error"
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
 class UserError(Exception):
@@ -44,11 +50,24 @@ def causes(exc: BaseException) -> Iterator[BaseException]:
 
 
 def no_space(exc: BaseException) -> bool:
-    """Whether a disk (or quota) ran full somewhere on the way to ``exc``.
+    """Whether a disk (or quota) ran full somewhere on the way to ``exc``: an OSError's errno, or the
+    one safetensors' write names in its message.
 
     torch's checkpoint writer reports a full disk as a bare RuntimeError; the caller judges that one
     from the free space it finds (``folder.JobFolder.space``)."""
-    return any(isinstance(e, OSError) and e.errno in NO_SPACE for e in causes(exc))
+    return any(_errno(e) in NO_SPACE for e in causes(exc))
+
+
+def _errno(exc: BaseException) -> int | None:
+    if isinstance(exc, OSError):
+        return exc.errno
+    found = _RUST_OS_ERROR.search(str(exc)) if _safetensors_write(exc) else None
+    return int(found.group(1)) if found else None
+
+
+def _safetensors_write(exc: BaseException) -> bool:
+    """A safetensors write that the file system failed (matched by name: this module imports no safetensors)."""
+    return type(exc).__name__ == _SAFETENSORS_ERROR and _SAFETENSORS_IO in str(exc)
 
 
 class DiskFull(Exception):
@@ -80,5 +99,8 @@ def disk_full(exc: BaseException, free: int, checkpoint_bytes: int) -> bool:
 
 
 def failed_write(exc: BaseException) -> bool:
-    """Whether torch's file writer failed somewhere on the way to ``exc`` (a full disk, or another fault)."""
-    return any(isinstance(e, RuntimeError) and "inline_container" in str(e) for e in causes(exc))
+    """Whether torch's or safetensors' file writer failed somewhere on the way to ``exc`` (a full disk,
+    or another fault): neither is an OSError with an errno to tell which."""
+    return any(
+        (isinstance(e, RuntimeError) and "inline_container" in str(e)) or _safetensors_write(e) for e in causes(exc)
+    )

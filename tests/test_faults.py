@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from pathlib import Path
 
 import pytest
 
@@ -238,17 +239,19 @@ LARGER_DISK = "64m"
 
 
 @pytest.fixture
-def small_disk(tmp_path):
-    """A tmpfs of ``SMALL_DISK``, where this machine lets the test mount one (as root)."""
+def small_disk(tmp_path, request):
+    """A tmpfs of ``SMALL_DISK`` (or the size a test gives it, ``indirect``), where this machine lets the
+    test mount one (as root)."""
     import os
     import subprocess
 
     disk = tmp_path / "disk"
     disk.mkdir()
+    size = getattr(request, "param", SMALL_DISK)
     mounted = (
         os.geteuid() == 0
         and subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK}", "tmpfs", str(disk)], capture_output=True
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)], capture_output=True
         ).returncode
         == 0
     )
@@ -287,6 +290,43 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_keeps_the_last_and_resumes(
     assert json.loads((job / "summary.json").read_text())["status"] == "completed"
 
 
+@pytest.mark.e2e  # a real run stopped by a full disk, then resumed
+@pytest.mark.parametrize(
+    ("small_disk", "kept", "removed"),
+    [
+        ("16m", "checkpoint-2", "checkpoint-4"),  # checkpoint-4's model.safetensors, the first file it writes
+        ("28m", "checkpoint-4", None),  # both checkpoints fit; model/model.safetensors, the final model's, doesn't
+    ],
+    indirect=["small_disk"],
+)
+def test_a_full_disk_during_a_safetensors_write_is_one_line_and_resumes(small_disk, kept, removed):
+    """Issue 39, item 4: the disk fills while safetensors writes model.safetensors (save_model=true)."""
+    import subprocess
+
+    from tests.test_long_runs import run
+
+    job = small_disk / "job"
+    overrides = ("grpo.max_steps=4", "grpo.save_steps=2", "save_model=true", "logger=none", "dataset.eval_fraction=0")
+    full = run(*overrides, f"hydra.run.dir={job}")
+    assert full.returncode == 28, full.stderr[-3000:]
+    errors = [line for line in full.stderr.splitlines() if "ERROR" in line or "Traceback" in line]
+    assert len(errors) == 1 and f"the disk holding {job} is full" in errors[0], full.stderr[-3000:]
+    what = f"{kept} is kept" + (f", the unfinished {removed} removed" if removed else "")
+    assert f"resume with: python run.py resume={job} ({what})" in errors[0]
+    assert sorted(p.name for p in job.glob("checkpoint-*")) == sorted({"checkpoint-2", kept})
+    assert not (job / "model" / "model.safetensors").exists()
+    if kept == "checkpoint-4":
+        # Not resumed here: a resume from a checkpoint at grpo.max_steps trains one step past it (transformers'
+        # epoch loop trains a step before it checks max_steps), a defect of its own, not the full disk's.
+        return
+    subprocess.run(["mount", "-o", f"remount,size={LARGER_DISK}", str(small_disk)], check=True)
+    resumed = run(f"resume={job}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [r["step"] for r in read_metrics(job / "metrics.jsonl") if "loss" in r] == [1, 2, 3, 4]
+    assert json.loads((job / "summary.json").read_text())["status"] == "completed"
+    assert (job / "model" / "model.safetensors").stat().st_size > 0
+
+
 def test_a_full_disk_is_one_line_naming_the_space(tmp_path):
     """The same, with the disk's answer simulated: torch's writer fails, then ENOSPC on the way out."""
     import errno
@@ -313,6 +353,63 @@ def test_a_full_disk_is_one_line_naming_the_space(tmp_path):
     assert "(checkpoint-2 is kept, the unfinished checkpoint-4 removed)" in line
     assert [p.name for _, p in job.checkpoints()] == ["checkpoint-2"]
     assert _disk_full(ValueError("another failure"), job, "") is None
+
+
+# Holds a sealed checkpoint of 1 MiB, not a 4 MiB model.safetensors beside it.
+TINY_DISK = "4m"
+
+
+def _save_lora_adapter(folder: Path) -> None:
+    """PEFT's own save of a LoRA adapter (adapter_model.safetensors, about 4 MiB)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(torch.nn.Sequential(torch.nn.Linear(1024, 1024)), LoraConfig(r=512, target_modules=["0"]))
+    model.save_pretrained(str(folder))
+
+
+def _save_model(folder: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"weight": torch.zeros(2**20)}, str(folder / "model.safetensors"))
+
+
+@pytest.mark.parametrize("save", [_save_model, _save_lora_adapter], ids=["model", "lora_adapter"])
+@pytest.mark.parametrize("small_disk", [TINY_DISK], indirect=True)
+def test_a_safetensors_write_to_a_full_disk_is_a_full_disk(small_disk, save):
+    """Issue 39, item 4: safetensors' SafetensorError is no OSError and has no errno; its write to a full
+    disk must still be the one line with the resume command, its cut checkpoint removed."""
+    from grpo_exp.errors import failed_write, no_space
+    from grpo_exp.job.command import _disk_full
+    from grpo_exp.training.checkpoints import seal
+
+    job = JobFolder(small_disk / "job")
+    whole = job.checkpoint(2)
+    whole.mkdir(parents=True)
+    (whole / "optimizer.pt").write_bytes(b"o" * 2**20)
+    seal(whole, 2, {})
+    job.checkpoint(4).mkdir()
+    with pytest.raises(Exception, match="I/O error: No space left on device") as raised:
+        save(job.checkpoint(4))
+    assert type(raised.value).__name__ == "SafetensorError" and not isinstance(raised.value, OSError)
+    assert no_space(raised.value) and failed_write(raised.value)
+    line = _disk_full(raised.value, job, f"python run.py resume={job.path}")
+    assert line is not None and "\n" not in line
+    assert f"the disk holding {job.path} is full" in line and f"resume with: python run.py resume={job.path}" in line
+    assert "(checkpoint-2 is kept, the unfinished checkpoint-4 removed)" in line
+    assert [p.name for _, p in job.checkpoints()] == ["checkpoint-2"]
+
+
+def test_a_safetensors_error_that_is_no_write_fault_is_not_a_full_disk():
+    from safetensors import SafetensorError
+
+    from grpo_exp.errors import failed_write, no_space
+
+    header = SafetensorError("Error while deserializing header: HeaderTooLarge")
+    assert not no_space(header) and not failed_write(header)
+    other = SafetensorError("Error while serializing: I/O error: No such file or directory (os error 2)")
+    assert not no_space(other) and failed_write(other)
 
 
 def test_a_stop_signal_during_the_model_build_stops_at_once(tmp_path, monkeypatch):

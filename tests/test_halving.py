@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from hydra import compose, initialize_config_dir
 from grpo_exp.config.checks import check_halving
 from grpo_exp.config.schema import CONF_DIR, register_schema
 from grpo_exp.errors import UserError
+from grpo_exp.folder import COMPLETED, FAILED, HALVING_FILE, STOPPED_EARLY, JobFolder, read_json
 from grpo_exp.sweep import halving
 from tests.conftest import ROOT
 from tests.wandb_records import read_run
@@ -115,3 +117,98 @@ def test_a_halving_sweep_stops_the_loser_at_its_rung_and_resumes_the_winner(tmp_
     assert again.returncode == 0, again.stderr[-3000:]
     assert {n: (sweep_dir / str(n) / "metrics.jsonl").read_text() for n in (0, 1)} == before
     assert json.loads((sweep_dir / "halving.json").read_text())["rungs"][0]["kept"] == [winner]
+
+
+class FakeSweep:
+    """A launcher that trains nothing: each job's ``summary.json`` at a rung is the score this test gives it
+    (``None``: the job failed there), and a job already done at that step is left as it is (``resume=auto``)."""
+
+    def __init__(self, sweep_dir: Path, scores: dict[tuple[int, int], float | None]) -> None:
+        self.sweep_dir, self.scores, self.batches = sweep_dir, scores, []
+
+    def launch(self, batch: list[list[str]], first: int) -> list:
+        self.batches.append(batch)
+        for overrides in batch:
+            values = dict(o.split("=", 1) for o in overrides)
+            number, steps = int(values["hydra.sweep.subdir"]), int(values.get(halving.RUNG_KEY, MAX_STEPS))
+            folder = JobFolder(self.sweep_dir / str(number))
+            before = folder.summary() or {}
+            if before.get("status") in (COMPLETED, STOPPED_EARLY) and before["steps"] >= steps:
+                continue
+            score = self.scores.get((number, steps))
+            folder.path.mkdir(parents=True, exist_ok=True)
+            status = {"status": FAILED} if score is None else {"status": COMPLETED, "final_eval_reward": score}
+            folder.write_summary({**status, "steps": steps})
+        return []
+
+    def trained(self, batch: int) -> list[int]:
+        """The jobs a launch of this sweep ran, by number."""
+        return [int(dict(o.split("=", 1) for o in job)["hydra.sweep.subdir"]) for job in self.batches[batch]]
+
+
+def halving_config(overrides: list[str]):
+    register_schema()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(
+            "config",
+            [
+                "sweep.halving.enabled=true",
+                "sweep.halving.eta=2",
+                f"sweep.halving.min_steps={FIRST_RUNG}",
+                f"grpo.max_steps={MAX_STEPS}",
+                "optimizer.scheduler=constant",
+                *overrides,
+            ],
+        )
+
+
+LRS = [["optimizer.lr=1e-4"], ["optimizer.lr=3e-3"]]
+
+
+def test_a_rung_where_no_job_has_a_score_eliminates_nobody_and_says_so(tmp_path, caplog):
+    """Issue 39, item 3: every job of the first rung failed; ranking their missing scores kept job 0 blindly."""
+    fake = FakeSweep(tmp_path, {(0, FIRST_RUNG): None, (1, FIRST_RUNG): None})
+    with caplog.at_level(logging.INFO, logger="grpo_exp"):
+        halving.run(LRS, tmp_path, halving_config([]), fake.launch)
+    assert len(fake.batches) == 1  # no second rung
+    assert not (read_json(tmp_path / HALVING_FILE) or {}).get("rungs")  # no decision recorded: resume decides it
+    refusals = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(refusals) == 1 and "\n" not in refusals[0].getMessage()
+    assert "no job has a score" in refusals[0].getMessage() and "resume=auto" in refusals[0].getMessage()
+    assert all(JobFolder(tmp_path / str(n)).summary()["status"] == FAILED for n in (0, 1))  # neither marked stopped
+
+
+def test_a_rung_decided_without_a_failed_job_is_decided_again_once_it_is_re_run(tmp_path, caplog):
+    """Issue 39, item 3: job 1 failed at the first rung, so its configuration ranked last and stopped; re-run
+    with resume=auto it scores best there, and the rung is decided again instead of reusing the record."""
+    fake = FakeSweep(tmp_path, {(0, FIRST_RUNG): 0.5, (1, FIRST_RUNG): None, (0, MAX_STEPS): 0.6})
+    cfg = halving_config([])
+    with caplog.at_level(logging.INFO, logger="grpo_exp"):
+        halving.run(LRS, tmp_path, cfg, fake.launch)
+    first = read_json(tmp_path / HALVING_FILE)["rungs"][0]
+    assert first["kept"] == ["optimizer.lr=1e-4"] and fake.trained(1) == [0]
+    assert "rung 0 (step 2): no score from job(s) 1 (failed, or no summary.json)" in caplog.text
+    caplog.clear()
+
+    fake.scores |= {(1, FIRST_RUNG): 0.9, (1, MAX_STEPS): 0.95}
+    fake.batches.clear()
+    with caplog.at_level(logging.INFO, logger="grpo_exp"):
+        halving.run([[*o, "resume=auto"] for o in LRS], tmp_path, cfg, fake.launch)
+    first = read_json(tmp_path / HALVING_FILE)["rungs"][0]
+    assert first["kept"] == ["optimizer.lr=3e-3"]
+    assert first["scores"] == {"optimizer.lr=1e-4": 0.5, "optimizer.lr=3e-3": 0.9}  # job 0's score at the rung, kept
+    assert fake.trained(1) == [1]  # the re-run configuration goes on
+    assert JobFolder(tmp_path / "0").summary()["status"] == STOPPED_EARLY
+    assert "rung 0 (step 2) decided again: the decision recorded in halving.json lacked job(s) 1" in caplog.text
+    assert first["missing"] == []
+
+
+def test_a_rung_whose_every_job_has_a_score_keeps_its_recorded_decision_on_resume(tmp_path, caplog):
+    fake = FakeSweep(tmp_path, {(0, FIRST_RUNG): 0.5, (1, FIRST_RUNG): 0.4, (0, MAX_STEPS): 0.6})
+    cfg = halving_config([])
+    halving.run(LRS, tmp_path, cfg, fake.launch)
+    fake.scores[1, FIRST_RUNG] = 0.9  # would win now; a complete decision is not taken again
+    with caplog.at_level(logging.INFO, logger="grpo_exp"):
+        halving.run([[*o, "resume=auto"] for o in LRS], tmp_path, cfg, fake.launch)
+    assert read_json(tmp_path / HALVING_FILE)["rungs"][0]["kept"] == ["optimizer.lr=1e-4"]
+    assert "rung 0 (step 2): the decision recorded in halving.json stands" in caplog.text

@@ -133,10 +133,33 @@ def test_auto_packs_the_sweeps_largest_job_onto_each_simulated_gpu(monkeypatch):
             for n, g in enumerate((4, 16))
         }
         HydraConfig.instance().set_config(configs[0])  # as in the sweep's parent
-        at_once, slots = launcher._slots("auto", 0.1, configs, configs[0])
+        at_once, slots = launcher._slots("auto", 0.1, configs, configs[0])[:2]
         largest = job_spec(compose("config", ["model=qwen2_5_0_5b_instruct", "grpo.num_generations=16"]))
     peak = memory_plan(largest, 80 * GIB, remedies=False).peak_bytes
     assert set(slots.room) == {0, 1, 2, 3}
     assert all(room == int(0.9 * 80 * GIB // peak) for room in slots.room.values())
     assert at_once == 4 * slots.room[0] > 4
     assert "torch" not in sys.modules or not sys.modules["torch"].cuda.is_initialized()
+
+
+def sweep_configs(*jobs: list[str]) -> dict:
+    """The jobs' sweep configs as the parent composes them (HydraConfig set as in the sweep's parent)."""
+    register_schema()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        configs = {n: compose("config", overrides, return_hydra_config=True) for n, overrides in enumerate(jobs)}
+    HydraConfig.instance().set_config(configs[0])
+    return configs
+
+
+@pytest.mark.parametrize("devices", [("cpu", "auto"), ("auto", "cpu")])
+def test_every_jobs_layout_decides_the_slots_and_a_cpu_job_takes_no_gpu(monkeypatch, devices):
+    """Issue 39, item 6: the slots came from job 0's layout alone; a sweep over device=cpu,auto then
+    ran its GPU job as a CPU one would, with no GPU of its own (GRPO_EXP_GPU unset: GPU 0 for all)."""
+    monkeypatch.setattr(hardware, "machine", lambda index=0: dataclasses.replace(H100_X4, memory_bytes=80 * GIB))
+    monkeypatch.setattr(preflight, "_SPECS", {})
+    configs = sweep_configs(*(["model=qwen2_5_0_5b_instruct", f"device={d}"] for d in devices))
+    planned = launcher._slots("auto", 0.1, configs, configs[0])
+    at_once, slots = planned[:2]
+    assert slots is not None and set(slots.room) == {0, 1, 2, 3} and at_once == slots.capacity
+    gpu_job = devices.index("auto")
+    assert planned[2] == {gpu_job}  # the job on the CPU is handed no GPU

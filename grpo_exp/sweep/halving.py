@@ -11,6 +11,14 @@ A job left behind is marked ``stopped_early`` at its rung, in ``summary.json`` a
 
 The decisions go to ``<sweep dir>/halving.json`` as each rung ends: the sweep's report shows them,
 and the same command with ``resume=auto`` resumes the sweep from the rung it had reached.
+
+A job without a score at a rung (it failed, or its ``summary.json`` is not there) is not guessed at:
+a configuration is ranked on the mean of its jobs that have one, and one with none ranks last. The
+rung's record names those jobs (``missing``), and ``resume=auto``, which re-runs them, decides that
+rung again with their scores (each job keeps the score recorded for it), so a configuration that
+failed at a rung is not left eliminated once it has run. A rung where no job has a score eliminates
+nobody: the sweep stops there with one line, since ranking nothing would keep the first jobs in
+job order.
 """
 
 from __future__ import annotations
@@ -27,7 +35,17 @@ from hydra.core.utils import JobReturn
 from omegaconf import DictConfig
 
 from grpo_exp.config.checks import check_halving
-from grpo_exp.folder import COMPLETED, HALVING_FILE, STOPPED_EARLY, JobFolder, read_json, read_yaml, write_json
+from grpo_exp.folder import (
+    COMPLETED,
+    ERROR_FILE,
+    HALVING_FILE,
+    STOPPED_EARLY,
+    SUMMARY_FILE,
+    JobFolder,
+    read_json,
+    read_yaml,
+    write_json,
+)
 from grpo_exp.job.resume import AUTO, override_key
 
 log = logging.getLogger("grpo_exp")
@@ -96,7 +114,7 @@ def run(
     check_halving(cfg)
     ends = rungs(max_steps, int(halving.eta), halving.min_steps)
     record = read_json(sweep_dir / HALVING_FILE) or {}
-    decided = {r["steps"]: r for r in record.get("rungs", []) if r.get("steps") in ends}
+    recorded = {r["steps"]: r for r in record.get("rungs", []) if r.get("steps") in ends}
     varied = varied_keys(jobs)
     alive = [HalvingJob(n, list(o), configuration(o, varied)) for n, o in enumerate(jobs)]
     log.info("successive halving: %d jobs, rungs at steps %s, eta %d", len(alive), ends, halving.eta)
@@ -106,8 +124,10 @@ def run(
         last = index == len(ends) - 1
         batch = [_rung_overrides(job, steps, last, index) for job in alive]
         returns = list(launch(batch, 0))
-        # a resumed sweep keeps the decision it made then
-        rung = decided[steps] if steps in decided else _decide(alive, sweep_dir, steps, int(halving.eta), last)
+        rung = _rung(alive, sweep_dir, index, steps, int(halving.eta), last, recorded.get(steps))
+        if rung is None:  # no job has a score: nobody is eliminated, and nothing recorded for this rung
+            _write(sweep_dir, ends, max_steps, rungs_done, jobs)
+            break
         rungs_done.append(rung)
         _write(sweep_dir, ends, max_steps, rungs_done, jobs)
         if last:
@@ -128,23 +148,85 @@ def _rung_overrides(job: HalvingJob, steps: int, last: bool, index: int) -> list
     return [*kept, *rung, *resume, f"hydra.sweep.subdir={job.number}"]  # each job keeps its folder across rungs
 
 
-def _decide(alive: list[HalvingJob], sweep_dir: Path, steps: int, eta: int, last: bool) -> dict[str, Any]:
-    """Each configuration's mean score over its jobs at this rung, and the ones that go on."""
+def _rung(
+    alive: list[HalvingJob], sweep_dir: Path, index: int, steps: int, eta: int, last: bool, before: dict | None
+) -> dict[str, Any] | None:
+    """This rung's decision: the one ``halving.json`` recorded when every job had its score then and
+    the same jobs ran the rung, else decided now; None (said in one line) when no job has a score."""
+    numbers = [job.number for job in alive]
+    where = f"rung {index} (step {steps})"
+    if before is not None and before.get("jobs") == numbers and _complete(before):
+        log.info("%s: the decision recorded in %s stands (every job had its score)", where, HALVING_FILE)
+        return before
+    rung = _decide(alive, sweep_dir, steps, eta, last, (before or {}).get("job_scores") or {})
+    missing = rung["missing"]
+    if len(missing) == len(alive) and not last:
+        log.error(
+            "successive halving stops at %s: no job has a score (job(s) %s failed or have no %s), so none is "
+            "eliminated; fix what failed (each job's %s), then run the same command with resume=auto to decide it",
+            where,
+            ", ".join(map(str, missing)),
+            SUMMARY_FILE,
+            ERROR_FILE,
+        )
+        return None
+    if before is not None:
+        lacked = [n for n in numbers if n not in before.get("jobs", [])] + list(before.get("missing", []))
+        log.info(
+            "%s decided again: the decision recorded in %s lacked %s",
+            where,
+            HALVING_FILE,
+            f"job(s) {', '.join(map(str, lacked))}" if lacked else "a configuration's score",
+        )
+    if missing and not last:  # the last rung eliminates nobody; the sweep's outcome names what failed
+        log.warning(
+            "%s: no score from job(s) %s (failed, or no %s): a configuration without one ranks last; run the same "
+            "command with resume=auto once they are fixed to decide this rung again",
+            where,
+            ", ".join(map(str, missing)),
+            SUMMARY_FILE,
+        )
+    return rung
+
+
+def _complete(rung: dict[str, Any]) -> bool:
+    """Whether a recorded rung was decided with every job's score (a record without ``missing``: every
+    configuration's)."""
+    return not rung.get("missing") and None not in rung.get("scores", {}).values()
+
+
+def _decide(
+    alive: list[HalvingJob], sweep_dir: Path, steps: int, eta: int, last: bool, recorded: dict[str, float | None]
+) -> dict[str, Any]:
+    """Each configuration's mean score over its jobs that have one at this rung, and the ones that go on.
+
+    ``recorded``: the job scores an earlier decision of this rung took; a job that went on since has a
+    later step's summary, so its score at this rung is the recorded one."""
+    job_scores = {job.number: recorded.get(str(job.number)) for job in alive}
+    for job in alive:
+        if job_scores[job.number] is None:
+            job_scores[job.number] = _score(JobFolder(sweep_dir / str(job.number)))
     values: dict[str, list[float]] = {}
     for job in alive:
-        summary = JobFolder(sweep_dir / str(job.number)).summary() or {}
-        score = summary.get(RANKED_BY, summary.get(FALLBACK))
-        ok = summary.get("status") == COMPLETED and isinstance(score, int | float) and math.isfinite(score)
-        values.setdefault(job.configuration, [])
-        if ok:
-            values[job.configuration].append(float(score))
+        score = job_scores[job.number]
+        values.setdefault(job.configuration, []).extend([] if score is None else [score])
     scores = {c: statistics.fmean(v) if v else None for c, v in values.items()}
     return {
         "steps": steps,
         "jobs": [job.number for job in alive],
+        "job_scores": {str(n): s for n, s in job_scores.items()},
+        "missing": [n for n, s in job_scores.items() if s is None],
         "scores": scores,
         "kept": list(scores) if last else survivors(scores, eta),
     }
+
+
+def _score(folder: JobFolder) -> float | None:
+    """A job's score from its ``summary.json``; None when it failed, has none, or the score isn't finite."""
+    summary = folder.summary() or {}
+    score = summary.get(RANKED_BY, summary.get(FALLBACK))
+    done = summary.get("status") in (COMPLETED, STOPPED_EARLY)  # stopped_early: scored at its rung
+    return float(score) if done and isinstance(score, int | float) and math.isfinite(score) else None
 
 
 def _write(sweep_dir: Path, ends: list[int], max_steps: int, rungs_done: list[dict[str, Any]], jobs: list) -> None:

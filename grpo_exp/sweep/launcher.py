@@ -7,8 +7,9 @@ cause, and the others train on to their end. The sweep's exit status and resume 
 (``sweep.outcome``).
 
 The parent starts no CUDA: its jobs' layouts (decided by the preflight, ``config.layout``) count
-the GPUs and give their memory; each job is handed its GPU as ``GRPO_EXP_GPU`` and keeps it alone
-when it starts (``Layout.claim``).
+the GPUs and give their memory; each job that trains on a GPU is handed one as ``GRPO_EXP_GPU`` and
+keeps it alone when it starts (``Layout.claim``). Every job's layout counts, not the first's: one
+sweep's jobs may differ (``device=cpu,cuda``), and a job on the CPU takes no GPU slot.
 Hydra only looks for launchers in its ``hydra_plugins`` namespace, so the class Hydra instantiates
 is ``hydra_plugins.grpo_exp_plugins.parallel_launcher.ParallelLauncher``; it calls ``launch`` here.
 """
@@ -73,8 +74,8 @@ def launch(
     sweep_dir = Path(str(config.hydra.sweep.dir))
     sweep_dir.mkdir(parents=True, exist_ok=True)
     numbered = [(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
-    configs = {n: _job_config(hydra_context, config, n, o) for n, o in numbered}
-    at_once, slots = _slots(n_jobs, memory_margin, configs, config)
+    configs = {n: job_config(hydra_context, config, n, o) for n, o in numbered}
+    at_once, slots, on_gpu = _slots(n_jobs, memory_margin, configs, config)
     where = f" on GPUs {', '.join(map(str, slots.room))}" if slots else " on the CPU"
     log.info("launching %d jobs, %d at a time%s, into %s", len(numbered), at_once, where, sweep_dir)
     for number, overrides in numbered:
@@ -89,7 +90,7 @@ def launch(
         while pending or running:
             while pending and len(running) < at_once:
                 number, overrides = pending.popleft()
-                gpu = slots.take() if slots else None
+                gpu = slots.take() if slots and number in on_gpu else None
                 job = _Running(number, overrides, _folder(configs[number]), gpu)
                 _start(job, context, (number, overrides, hydra_context, config, task_function, state))
                 running.append(job)
@@ -108,7 +109,8 @@ def launch(
     return [returns[number] for number, _ in numbered]
 
 
-def _job_config(hydra_context: HydraContext, config: DictConfig, number: int, overrides: list[str]) -> DictConfig:
+def job_config(hydra_context: HydraContext, config: DictConfig, number: int, overrides: list[str]) -> DictConfig:
+    """Job ``number``'s config as Hydra's launchers compose it: the sweep's config with the job's overrides."""
     sweep_config = hydra_context.config_loader.load_sweep_config(config, overrides)
     with open_dict(sweep_config):
         sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{number}"
@@ -120,23 +122,44 @@ def _folder(sweep_config: DictConfig) -> Path:
     return Path(str(sweep_config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
 
 
-def _slots(
-    n_jobs: Any, margin: float, configs: dict[int, DictConfig], config: DictConfig
-) -> tuple[int, packing.GpuSlots | None]:
-    """Jobs at a time and the GPU slots, from ``n_jobs`` (a number or ``auto``) and the jobs' specs,
-    which the preflight built (their layout says whether they train on GPUs, and on how many)."""
+@dataclass(frozen=True)
+class GpuPlan:
+    """What a sweep's jobs need of this machine's GPUs, from every job's spec (layout and memory plan)."""
+
+    on_gpu: frozenset[int]  # the jobs whose layout trains on a GPU; the others train on the CPU
+    gpus: tuple[packing.Gpu, ...]  # the GPUs they share (none when every job trains on the CPU)
+    peak_bytes: int | None  # the largest planned peak among them (None when not asked for)
+
+    def jobs_per_gpu(self, margin: float) -> int:
+        """How many of the jobs fit one GPU with ``margin`` of its memory kept free (``n_jobs=auto``'s packing)."""
+        return packing.jobs_per_gpu(self.peak_bytes or 0, self.gpus[0].memory_bytes, margin)
+
+
+def gpu_plan(configs: dict[int, DictConfig], with_peak: bool) -> GpuPlan:
+    """The GPUs the jobs of ``configs`` (number -> sweep config) train on, from their own layouts, which the
+    preflight decided; ``with_peak``: also their memory plans' largest peak (each plan takes a moment)."""
     from grpo_exp.job.preflight import job_spec
 
+    specs = {n: job_spec(_task_config(c)) for n, c in configs.items()}
+    on_gpu = frozenset(n for n, spec in specs.items() if spec.layout.gpu)
+    if not on_gpu:
+        return GpuPlan(on_gpu, (), None)
+    layout = specs[min(on_gpu)].layout  # the GPUs of one machine are taken to be alike
+    memory = layout.gpu_memory_bytes or 0
+    gpus = tuple(packing.Gpu(i, memory) for i in range(layout.gpus_visible))
+    peak = max(_peak(specs[n], memory) for n in on_gpu) if with_peak else None
+    return GpuPlan(on_gpu, gpus, peak)
+
+
+def _slots(
+    n_jobs: Any, margin: float, configs: dict[int, DictConfig], config: DictConfig
+) -> tuple[int, packing.GpuSlots | None, frozenset[int]]:
+    """Jobs at a time, the GPU slots, and the jobs that take one, from ``n_jobs`` (a number or ``auto``)
+    and every job's spec (``gpu_plan``)."""
     wanted = packing.parse_n_jobs(n_jobs)
-    specs = [job_spec(_task_config(c)) for c in configs.values()]
-    layout = specs[0].layout
+    plan = gpu_plan(configs, with_peak=wanted is None)
     cores, threads = packing.machine_cores(), config.get("threads")
-    if not layout.gpu:
-        return packing.plan_slots(wanted, [], None, margin, cores, threads)
-    memory = layout.gpu_memory_bytes or 0  # the GPUs of one machine are taken to be alike
-    gpus = [packing.Gpu(i, memory) for i in range(layout.gpus_visible)]
-    peak = max(_peak(spec, memory) for spec in specs) if wanted is None else None
-    return packing.plan_slots(wanted, gpus, peak, margin, cores, threads)
+    return (*packing.plan_slots(wanted, plan.gpus, plan.peak_bytes, margin, cores, threads), plan.on_gpu)
 
 
 def _task_config(sweep_config: DictConfig) -> DictConfig:
@@ -202,7 +225,7 @@ def _job_process(payload: bytes, results: Connection, gpu: int | None) -> None:
     Singleton.set_state(state)
     from hydra.core.hydra_config import HydraConfig
 
-    sweep_config = _job_config(hydra_context, config, number, overrides)
+    sweep_config = job_config(hydra_context, config, number, overrides)
     HydraConfig.instance().set_config(sweep_config)
     returned = run_job(
         hydra_context=hydra_context,
