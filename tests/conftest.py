@@ -59,19 +59,16 @@ def feed(monitor: HealthMonitor, rows: list[dict]) -> list[Alert]:
 # file alone at the end while the other idles. Other files keep their order after them.
 LONG_FILES = (  # the fast tier's, by the seconds of their runs (docs/development.md: Test tiers)
     "test_train_e2e.py",
-    "test_sweep_e2e.py",
     "test_rollback.py",
-    "test_halving.py",
-    "test_eval_e2e.py",
+    "test_sweep_e2e.py",
     "test_cli.py",
     "test_trackio.py",
-    "test_wandb_repair.py",
-    "test_agent.py",
-    "test_faults.py",
     "test_dynamic_sampling.py",
+    "test_eval_e2e.py",
     "test_adaptive.py",
-    "test_stop_when_solved.py",
+    "test_agent.py",
     "test_multiprocess.py",
+    "test_faults.py",
 )
 
 

@@ -180,6 +180,7 @@ def test_the_support_agent_calls_its_tools_and_logs_trls_tool_metrics(agent_run)
     assert any(r["rewards/tool_call/mean"] > 0 for r in rows), "some rollouts call the right tool"
 
 
+@pytest.mark.e2e  # an agent run whose tool hangs until its timeout
 def test_a_tool_that_raises_or_hangs_replies_with_its_error_and_counts_as_failed(tmp_path):
     log = tmp_path / "tool_replies.jsonl"
     recorder = f"'{FIXTURE}:records_tool_replies'"

@@ -412,6 +412,7 @@ def test_a_safetensors_error_that_is_no_write_fault_is_not_a_full_disk():
     assert not no_space(other) and failed_write(other)
 
 
+@pytest.mark.e2e  # a real model build stopped by a signal
 def test_a_stop_signal_during_the_model_build_stops_at_once(tmp_path, monkeypatch):
     """Issue 27, finding 7: a SIGTERM while the embedded model was being built waited for the build to end."""
     import signal

@@ -79,6 +79,7 @@ def trained_steps(job: Path) -> list[int]:
     return [r["step"] for r in rows if "reward" in r]
 
 
+@pytest.mark.e2e  # a real halving sweep and its resume; the decisions are unit-tested above with a fake launcher
 def test_a_halving_sweep_stops_the_loser_at_its_rung_and_resumes_the_winner(tmp_path):
     sweep_dir = tmp_path / "sweep"
     command = (

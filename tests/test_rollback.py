@@ -163,7 +163,7 @@ def test_a_collapse_again_from_the_same_checkpoint_goes_back_one_further(tmp_pat
     assert trained == list(range(1, 11)), "W&B gets each step once: the collapsed stages sent theirs up to step 7"
 
 
-@pytest.mark.e2e  # the injected-NaN rollback stays in the fast tier
+@pytest.mark.e2e  # the injected-divergence rollback stays in the fast tier
 def test_a_kl_spike_rolls_back_and_max_rollbacks_reached_stops_with_one_line(tmp_path):
     """A KL limit any update passes: the first spike rolls back, the second ends the run."""
     job = tmp_path / "job"

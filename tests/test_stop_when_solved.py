@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
 from transformers import TrainerControl
 
 from grpo_exp.config.schema import MonitorSettings
@@ -43,6 +44,7 @@ def test_it_is_off_by_default_and_ignores_the_other_split(tmp_path):
     assert not logged(held_out, 100, {"eval_frac_solved": 1.0}, max_steps=100).should_training_stop  # the last step
 
 
+@pytest.mark.e2e  # a real run to the ceiling; the stop itself is unit-tested above
 def test_a_solved_tiny_model_run_stops_early_with_a_checkpoint(tmp_path):
     out = tmp_path / "job"
     result = run_training(

@@ -75,6 +75,7 @@ def repaired(killed) -> tuple[Path, list[str], subprocess.CompletedProcess[str]]
     return killed, before, repair(killed)
 
 
+@pytest.mark.e2e  # the killed job: a real run whose W&B service is killed
 def test_the_repair_sends_every_step_w_and_b_missed_once_and_the_summary(repaired):
     job, before, result = repaired
     rows = JobFolder(job).rows()
@@ -111,6 +112,7 @@ def test_the_repair_sends_every_step_w_and_b_missed_once_and_the_summary(repaire
     assert added.exit_code == 0, "the repaired run ends as the job did"
 
 
+@pytest.mark.e2e  # the killed job: a real run whose W&B service is killed
 def test_a_second_repair_finds_nothing_missing_and_sends_nothing(repaired):
     job, _, first = repaired
     assert first.returncode == 0, first.stderr[-3000:]
