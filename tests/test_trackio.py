@@ -59,6 +59,7 @@ def run_names(sweep_dir: Path) -> list[str]:
     return [json.loads((sweep_dir / str(n) / "summary.json").read_text())["name"] for n in (0, 1)]
 
 
+@pytest.mark.e2e  # the sweep fixture: a real 2-job sweep logged to trackio
 def test_each_job_is_one_trackio_run_with_every_step(sweep):
     sweep_dir, store = sweep
     names = run_names(sweep_dir)
@@ -69,6 +70,7 @@ def test_each_job_is_one_trackio_run_with_every_step(sweep):
         assert [v["step"] for v in got["values"]] == list(range(1, STEPS + 1))
 
 
+@pytest.mark.e2e  # the sweep fixture: a real 2-job sweep logged to trackio
 def test_runs_carry_w_and_b_keys_group_and_swept_values(sweep):
     sweep_dir, store = sweep
     runs = [trackio_cli(store, "get", "run", "--project", "grpo-exp", "--run", n) for n in run_names(sweep_dir)]
@@ -110,6 +112,7 @@ def browser_missing() -> str | None:
     return None
 
 
+@pytest.mark.e2e  # the sweep fixture: a real 2-job sweep logged to trackio
 @pytest.mark.skipif(browser_missing() is not None, reason=browser_missing() or "")
 def test_the_sweeps_dashboard_shows_both_runs_and_a_reward_curve_in_a_browser(sweep, tmp_path):
     from playwright.sync_api import expect, sync_playwright
