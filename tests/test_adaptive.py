@@ -217,6 +217,38 @@ def test_a_profile_after_a_resume_reads_the_checkpoints_weights(settings, tmp_pa
     assert torch.equal(restored.lm_head.weight, trained.lm_head.weight)  # tied, as the base model's
 
 
+def test_every_rank_starts_the_next_stage_from_rank_0s_checkpoint(tmp_path, settings, monkeypatch):
+    """Rank 0 seals a stage's last checkpoint after the other ranks have passed the save's barrier, so
+    another rank may find it unsealed and would start the next stage from the one before (here: from
+    scratch). Every rank takes rank 0's choice."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from grpo_exp.folder import JobFolder
+    from grpo_exp.training import ranks
+    from grpo_exp.training.checkpoints import Checkpoint
+    from grpo_exp.training.schedule import AdaptiveStages
+    from grpo_exp.training.stops import StopRequest
+    from tests.test_rollback import FromRank0
+
+    interval = 2
+    s = settings("adaptive.enabled=true", f"adaptive.interval={interval}", f"grpo.max_steps={3 * interval}")
+    folder = JobFolder(tmp_path)
+    folder.checkpoint(interval).mkdir()  # as this rank sees it: rank 0 has not sealed it yet
+    spec = SimpleNamespace(settings=s, layout=SimpleNamespace(processes=2, primary=False))
+    stages = AdaptiveStages(spec, folder, None, StopRequest())
+    stages.prompts = Dataset.from_list([{"prompt": "p"}])  # never loaded: the stage's prompts are not under test
+    profile = dict(step=interval, num_generations=s.grpo.num_generations, dropped_solved=[], dropped_unsolved=[])
+    monkeypatch.setattr(stages, "_profile", lambda *args: profile)
+    sealed = Checkpoint(folder.checkpoint(interval), interval, {"monitor": {}})
+    monkeypatch.setattr(ranks, "_rank", lambda: 1)
+    monkeypatch.setattr(ranks, "_group", lambda: FromRank0(sealed))
+    previous = SimpleNamespace(state=SimpleNamespace(global_step=interval), model=object(), processing_class=None)
+    stage = stages.next_stage(previous)
+    assert stage.resume_from is sealed, "rank 0's sealed checkpoint, not this rank's older (or no) one"
+
+
 @pytest.mark.e2e  # a staged run stopped or extended, resumed
 def test_a_finished_adaptive_run_extended_profiles_its_trained_policy_at_the_boundary(tmp_path):
     """resume= with a higher grpo.max_steps: a new stage starts at the old end, with a profile of its own."""

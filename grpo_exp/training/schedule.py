@@ -10,6 +10,10 @@ profiled on a seeded sample of the training prompts; the choice and its reason g
 A resumed adaptive run reads its profiles back: stopped inside a stage, it continues that stage
 with the group size and prompts recorded for it; stopped at a stage's end, it profiles the
 checkpoint's policy for the next one.
+
+Under torchrun or accelerate each stage continues the checkpoint rank 0 found
+(``ranks.decided_by_primary``): rank 0 seals a checkpoint once every rank has written its part, so
+another rank may look before the seal is there.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from grpo_exp.spec import JobSpec
 from grpo_exp.tracking.metrics import metrics_row
 from grpo_exp.tracking.monitor import HealthMonitor
 from grpo_exp.tracking.wandb_run import safely
-from grpo_exp.training import checkpoints
+from grpo_exp.training import checkpoints, ranks
 from grpo_exp.training.callbacks import RungEnd, StageBounds
 from grpo_exp.training.checkpoints import ResumePoint
 from grpo_exp.training.collapse.rollback import RollbackStages
@@ -86,7 +90,8 @@ class AdaptiveStages:
             if previous.state.global_step <= self.step and self.stop.signum is None:
                 raise RuntimeError(f"adaptive stage from step {self.step} trained no step")  # never loop in place
             self.step = previous.state.global_step
-            self.checkpoint = checkpoints.latest(self.folder.path)
+            # rank 0 seals the checkpoint after the save's barrier: another rank could still find it unsealed
+            self.checkpoint = ranks.decided_by_primary(lambda: checkpoints.latest(self.folder.path))
             model, tokenizer = previous.model, previous.processing_class
         if self.step >= settings.grpo.max_steps or self.stop.signum is not None:
             return None
