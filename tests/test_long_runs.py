@@ -222,3 +222,25 @@ def test_a_run_updating_twice_per_generation_counts_every_step(tmp_path):
 
     assert again.returncode == 0, again.stderr[-3000:]
     assert "completed its 4 steps before; nothing to do" in again.stderr
+
+
+def test_a_run_failed_after_its_last_checkpoint_resumes_without_training_past_max_steps(tmp_path):
+    """A job marked failed after its checkpoint at grpo.max_steps (say, the disk filled while model/ was
+    saved) is resumed: transformers would train a step of the epoch before it checks max_steps. It trains
+    none, ends completed, and saves the checkpoint's weights as model/."""
+    from safetensors.torch import load_file
+
+    job, steps = tmp_path / "job", 2
+    first = run(
+        "logger=none", "save_model=false", "dataset.eval_fraction=0", f"grpo.max_steps={steps}", f"hydra.run.dir={job}"
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary = json.loads((job / "summary.json").read_text())
+    (job / "summary.json").write_text(json.dumps({**summary, "status": "failed"}))  # as the failed save leaves it
+    resumed = run(f"resume={job}", "save_model=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [r["step"] for r in read_metrics(job / "metrics.jsonl") if "loss" in r] == list(range(1, steps + 1))
+    assert json.loads((job / "summary.json").read_text())["status"] == "completed"
+    trained = load_file(job / f"checkpoint-{steps}" / "model.safetensors")
+    saved = load_file(job / "model" / "model.safetensors")
+    assert saved.keys() == trained.keys() and all(saved[k].equal(trained[k]) for k in trained)

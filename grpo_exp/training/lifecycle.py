@@ -112,6 +112,9 @@ def _train_stages(
         if signum := ranks.largest(stop.signum or 0):  # every rank, or none, trains the stage
             stop.adopt(signum)
             break  # stopped while the stage was being built: nothing to train
+        if stage.trained:  # no step to train: transformers would train one before it checks max_steps
+            trainer.load_trained(str(stage.resume_from.path))
+            continue
         stop.defer()
         trainer.train(resume_from_checkpoint=str(stage.resume_from.path) if stage.resume_from else None)
     return trainer

@@ -24,6 +24,11 @@ class Stage:
     prompts: Any = None  # datasets.Dataset of the kept training prompts; None: all of them
     callbacks: list[TrainerCallback] = field(default_factory=list)
 
+    @property
+    def trained(self) -> bool:
+        """Its checkpoint is at its end already (a run that failed after its last checkpoint, resumed)."""
+        return self.resume_from is not None and self.resume_from.step >= self.settings.grpo.max_steps
+
 
 class Schedule(Protocol):
     def next_stage(self, previous: Any) -> Stage | None:

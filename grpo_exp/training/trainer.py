@@ -60,6 +60,12 @@ class JobTrainer(DynamicSampling, GRPOTrainer):
         with library_bars_off():  # checkpoints would each draw "Writing model shards" bars
             return super().train(*args, **kwargs)
 
+    def load_trained(self, checkpoint: str) -> None:
+        """The checkpoint's weights (a full model's or a LoRA adapter's), as ``train(resume_from_checkpoint=...)``
+        loads them, for a stage with no step left to train: transformers' epoch loop would train one more
+        before it checks ``max_steps``. Its own loader, so every format it resumes from loads alike."""
+        self._load_from_checkpoint(checkpoint)
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.print_completions or not self.log_completions:
             return super().log(logs, start_time)
