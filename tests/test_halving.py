@@ -16,6 +16,7 @@ from grpo_exp.config.checks import check_halving
 from grpo_exp.config.schema import CONF_DIR, register_schema
 from grpo_exp.errors import UserError
 from grpo_exp.folder import COMPLETED, FAILED, HALVING_FILE, STOPPED_EARLY, JobFolder, read_json
+from grpo_exp.report.halving import halving_section
 from grpo_exp.sweep import halving
 from tests.conftest import ROOT
 from tests.wandb_records import read_run
@@ -213,3 +214,20 @@ def test_a_rung_whose_every_job_has_a_score_keeps_its_recorded_decision_on_resum
         halving.run([[*o, "resume=auto"] for o in LRS], tmp_path, cfg, fake.launch)
     assert read_json(tmp_path / HALVING_FILE)["rungs"][0]["kept"] == ["optimizer.lr=1e-4"]
     assert "rung 0 (step 2): the decision recorded in halving.json stands" in caplog.text
+
+
+def test_the_report_shows_each_configurations_score_per_rung_and_where_it_stopped(tmp_path):
+    fake = FakeSweep(tmp_path, {(0, FIRST_RUNG): 0.4, (1, FIRST_RUNG): 0.9, (1, MAX_STEPS): 0.95})
+    halving.run(LRS, tmp_path, halving_config([]), fake.launch)
+
+    section = halving_section(tmp_path)
+
+    assert section[1] == "## Successive halving"
+    assert f"Rungs end at steps {FIRST_RUNG}, {MAX_STEPS}" in section[3]
+    assert section[3].endswith("0 completions generated against 0 for the full sweep.")  # the fake trains none
+    table = [line for line in section if line.startswith("| `")]
+    assert table == [
+        f"| `optimizer.lr=1e-4` | 0.400 ✗ | — | rung 0 (step {FIRST_RUNG}) |",
+        f"| `optimizer.lr=3e-3` | 0.900 | 0.950 | step {MAX_STEPS} (the end) |",
+    ]
+    assert halving_section(tmp_path / "no-halving") == []

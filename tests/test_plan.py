@@ -258,3 +258,27 @@ def test_the_job_writes_its_plan_and_a_failure_is_a_warning(tmp_path, monkeypatc
     monkeypatch.setattr(memory, "memory_plan", broken)
     assert records.memory_plan(spec) is None
     assert "no memory plan" in caplog.text
+
+
+def test_the_longest_prompt_is_counted_once_then_read_from_its_cache(settings, monkeypatch, tmp_path):
+    """Counted as grpo_exp.dataset filters prompts, on a cold cache; a second plan reads the count back."""
+    from grpo_exp.dataset import format_prompt, prompt_tokens
+    from grpo_exp.memory import prompts
+    from grpo_exp.models import load_tokenizer, model_path
+    from grpo_exp.shipped import read_records, shipped_file
+
+    monkeypatch.setattr(prompts, "cache_root", lambda: tmp_path)
+    cfg = settings("dataset.max_prompt_tokens=64")
+    found = prompts.longest_prompt(cfg.dataset, cfg.model)
+
+    tokenizer = load_tokenizer(cfg.model, model_path(cfg.model))
+    records = read_records(shipped_file(f"{cfg.dataset.name}.jsonl"))
+    counts = [prompt_tokens(format_prompt(r[cfg.dataset.prompt_field], cfg.dataset), tokenizer) for r in records]
+    assert found.tokens == max(n for n in counts if n <= 64) and found.source.startswith("longest prompt of ")
+    assert len(list((tmp_path / prompts.CACHE_DIR).glob("*.json"))) == 1
+
+    too_short = settings("dataset.max_prompt_tokens=1").dataset
+    assert prompts.longest_prompt(too_short, cfg.model).source.startswith("dataset.max_prompt_tokens=1 (no prompt")
+
+    monkeypatch.setattr(prompts, "_count", lambda *args: pytest.fail("counted again"))
+    assert prompts.longest_prompt(cfg.dataset, cfg.model) == found

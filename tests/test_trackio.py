@@ -84,6 +84,37 @@ def test_runs_carry_w_and_b_keys_group_and_swept_values(sweep):
     assert len(groups) == 1 and groups.pop() == f"sweep_seed-{sweep_dir.name}"
 
 
+# Opens the job's trackio run as training does, logs trainer steps ``first``..``last`` and closes it;
+# a second call with resumed=1 continues the same run (TRACKIO_DIR is read when trackio is imported).
+LOG_STEPS = """
+import sys
+from grpo_exp.config.schema import LoggerBackend, LoggerSettings
+from grpo_exp.tracking.trackio_run import trackio_run
+from grpo_exp.tracking.wandb_run import RunIdentity
+first, last, resumed = (int(a) for a in sys.argv[1:])
+settings = LoggerSettings(backend=LoggerBackend.trackio)
+with trackio_run(settings, RunIdentity("job-a", group="g"), {"seed": 1}, resumed=bool(resumed)) as run:
+    for step in range(first, last + 1):
+        run.log({"reward": step / 10, "eval_reward": 0.5, "train_runtime": 1.0}, step)
+"""
+
+
+def test_a_resumed_job_continues_its_trackio_run_with_each_step_once(tmp_path):
+    """trackio_run without training (the sweep above is the same run from real jobs): a job stopped
+    after step 3 and resumed from its checkpoint at step 2 sends steps 3-4 once."""
+    store = tmp_path / "store"
+    for first, last, resumed in ((1, 3, 0), (3, 4, 1)):
+        command = [sys.executable, "-c", LOG_STEPS, str(first), str(last), str(resumed)]
+        done = subprocess.run(command, cwd=ROOT, env=store_env(store), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert trackio_cli(store, "list", "runs", "--project", "grpo-exp")["runs"] == ["job-a"]
+    got = trackio_cli(store, "get", "metric", "--project", "grpo-exp", "--run", "job-a", "--metric", "train/reward")
+    assert [v["step"] for v in got["values"]] == [1, 2, 3, 4]
+    run = trackio_cli(store, "get", "run", "--project", "grpo-exp", "--run", "job-a")
+    assert {"train/reward", "eval/reward"} <= set(run["metrics"]) and "train/train_runtime" not in run["metrics"]
+    assert run["config"]["seed"] == 1 and run["config"]["_Group"] == "g"
+
+
 def test_both_trackers_at_once_and_none():
     assert LoggerSettings(backends=[LoggerBackend.wandb, LoggerBackend.trackio]).trackers() == {"wandb", "trackio"}
     assert LoggerSettings(backend=LoggerBackend.trackio).trackers() == {"trackio"}

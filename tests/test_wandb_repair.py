@@ -126,6 +126,48 @@ def test_a_second_repair_finds_nothing_missing_and_sends_nothing(repaired):
     assert sorted(job.glob("wandb/offline-run-*")) == runs, "no run folder added"
 
 
+# Writes the first part of a W&B run offline, as a job whose W&B service died after ``held`` steps
+# leaves it: the training rows W&B got before it died, no summary.
+PARTIAL_RUN = """
+import sys, wandb
+job, run_id, held = sys.argv[1], sys.argv[2], int(sys.argv[3])
+run = wandb.init(id=run_id, project="grpo-exp", name="job-a", group="g", tags=["t"], dir=job, mode="offline")
+for step in range(1, held + 1):
+    run.log({"train/reward": step / 10, "train/global_step": step})
+run.finish()
+"""
+
+
+def test_a_repair_sends_an_offline_run_the_steps_evaluation_and_summary_it_lacks(tmp_path):
+    """The repair on a hand-made job folder: no training, so it runs in the fast tier (the killed
+    job above is the same repair on a real run)."""
+    job, run_id, steps, held = tmp_path / "job", "repair1", 5, 2
+    job.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    made = subprocess.run([sys.executable, "-c", PARTIAL_RUN, str(job), run_id, str(held)], env=env, timeout=120)
+    assert made.returncode == 0
+    info = {"wandb": {"id": run_id, "name": "job-a", "group": "g", "project": "grpo-exp"}}
+    (job / "run_info.json").write_text(json.dumps(info), encoding="utf-8")
+    rows = [{"step": s, "reward": s / 10, "kl": 0.01} for s in range(1, steps + 1)]
+    rows.insert(4, {"step": 4, "eval/reward": 0.7})
+    (job / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    summary = {"status": "completed", "wandb_lost": "service died", "final_reward": 0.5, "steps": steps}
+    (job / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+
+    result = repair(job)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = lines(result.stdout)
+    assert line.startswith(f"{job}: sent 3 training steps (3-5), 1 evaluation and the summary to W&B run {run_id}")
+    assert wandb_steps(job, "train/reward") == list(range(1, steps + 1)), "every training step once"
+    assert wandb_steps(job, "eval/reward") == [4]
+    first, added = (read_run(run) for run in sorted(job.glob("wandb/offline-run-*")))
+    assert added.run_id == first.run_id == run_id and added.name == "job-a" and added.tags == first.tags
+    assert added.summary["summary/final_reward"] == 0.5 and added.exit_code == 0
+    again = repair(job)
+    assert again.returncode == 0 and lines(again.stdout)[0].startswith(f"{job}: nothing missing in W&B run {run_id}")
+
+
 def _job(folder: Path, run_info: str) -> Path:
     folder.mkdir(parents=True)
     (folder / "run_info.json").write_text(run_info, encoding="utf-8")
