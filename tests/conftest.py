@@ -63,7 +63,6 @@ LONG_FILES = (  # the fast tier's, by the seconds of their runs (docs/developmen
     "test_sweep_e2e.py",
     "test_cli.py",
     "test_dynamic_sampling.py",
-    "test_eval_e2e.py",
     "test_adaptive.py",
     "test_agent.py",
     "test_multiprocess.py",

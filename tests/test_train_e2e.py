@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp.tracking.metrics import read_metrics
+from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics
 from tests.conftest import ROOT
+from tests.wandb_records import read_run
 
 STEPS = 40
 
@@ -63,6 +64,49 @@ def test_job_folder_holds_model_config_and_summary(default_run):
     assert "num_generations: 6" in (default_run / "config.yaml").read_text()
     summary = json.loads((default_run / "summary.json").read_text())
     assert summary["wall_time_s"] > 0 and summary["max_kl"] is not None
+
+
+# Held-out evaluation, read off the default run: before the first step (grpo.eval_on_start) and after
+# the last (40, not a multiple of grpo.eval_steps).
+EVAL_KEYS = ("eval/reward", "eval/reward_std", "eval/rewards/format/mean")
+
+
+def test_evaluations_are_rows_of_their_own_in_metrics_jsonl(default_run):
+    evaluations = read_eval_metrics(default_run / "metrics.jsonl")
+    assert [row["step"] for row in evaluations] == [0, STEPS]
+    for key in EVAL_KEYS:
+        assert all(0 <= row[key] <= 1 for row in evaluations), key
+    training = read_metrics(default_run / "metrics.jsonl")
+    assert not any(key.startswith("eval") for row in training for key in row)  # no pollution either way
+
+
+def test_summary_holds_first_final_and_best_eval_reward_and_returns_it(default_run):
+    summary = json.loads((default_run / "summary.json").read_text())
+    rewards = [row["eval/reward"] for row in read_eval_metrics(default_run / "metrics.jsonl")]
+    assert summary["first_eval_reward"] == rewards[0] and summary["final_eval_reward"] == rewards[-1]
+    assert summary["best_eval_reward"] == max(rewards) and summary["evaluations"] == len(rewards)
+    assert summary["objective"] == "final_eval_reward" and summary["objective_value"] == rewards[-1]
+    assert summary["base_eval_reward"] == rewards[0] and set(summary["base_eval_parts"]) == {"format"}  # step 0
+    console = (default_run.parent / "console.txt").read_text(encoding="utf-8")
+    expected = f"{rewards[0]:.3f} -> {rewards[-1]:.3f} (held-out reward, base model -> after training; 2 evaluations)"
+    assert expected in console
+
+
+def test_the_wandb_run_logs_the_same_eval_keys(default_run):
+    (run_dir,) = (default_run / "wandb").glob("offline-run-*")
+    keys = read_run(run_dir).history_keys
+    assert set(EVAL_KEYS) <= keys and "train/reward" in keys
+
+
+@pytest.mark.e2e  # a second training run for one fallback branch
+def test_without_held_out_prompts_the_objective_falls_back_to_training(tmp_path):
+    out = tmp_path / "job"
+    result = run_training(out, "grpo.max_steps=2", "dataset.eval_fraction=0", "logger=none")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert read_eval_metrics(out / "metrics.jsonl") == [] and summary["final_eval_reward"] is None
+    assert summary["base_eval_reward"] is None
+    assert summary["objective"] == "final_reward" and summary["objective_value"] == summary["final_reward"]
 
 
 def test_a_reward_that_raises_fails_the_job_in_one_line_and_keeps_what_was_written(tmp_path):
