@@ -70,6 +70,25 @@ LONG_FILES = (  # the fast tier's, by the seconds of their runs (docs/developmen
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONG_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: in-file order is kept
+# make test-e2e's (-m e2e), by the same measure: its runs are minutes each, so the order matters more.
+E2E_LONG_FILES = (
+    "test_long_runs.py",
+    "test_faults.py",
+    "test_sweep_e2e.py",
+    "test_config.py",
+    "test_multiprocess.py",
+    "test_rollback.py",
+    "test_adaptive.py",
+    "test_readme.py",
+    "test_math_reward.py",
+    "test_trackio.py",
+    "test_parallel_sweep.py",
+    "test_halving.py",
+    "test_ray_launcher.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    order = E2E_LONG_FILES if config.option.markexpr.strip() == "e2e" else LONG_FILES
+    rank = {name: i for i, name in enumerate(order)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(order)))  # stable: in-file order is kept
