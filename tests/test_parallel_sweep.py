@@ -163,3 +163,21 @@ def test_every_jobs_layout_decides_the_slots_and_a_cpu_job_takes_no_gpu(monkeypa
     assert slots is not None and set(slots.room) == {0, 1, 2, 3} and at_once == slots.capacity
     gpu_job = devices.index("auto")
     assert planned[2] == {gpu_job}  # the job on the CPU is handed no GPU
+
+
+def test_hydra_finds_both_launchers_and_not_their_shared_setup():
+    """The launchers share ``LaunchSetup``, a mixin: Hydra's plugin scan registers Launcher subclasses,
+    and the mixin must not become a third launcher."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.launcher import Launcher
+
+    names = {plugin.__name__ for plugin in Plugins.instance().discover(Launcher)}
+    assert {"ParallelLauncher", "PlannedRayLauncher"} <= names
+    assert "LaunchSetup" not in names
+
+
+def test_a_launch_before_hydras_setup_names_the_launcher():
+    from hydra_plugins.grpo_exp_plugins.parallel_launcher import ParallelLauncher
+
+    with pytest.raises(RuntimeError, match=r"ParallelLauncher\.launch before Hydra's setup"):
+        ParallelLauncher().launch([["seed=1"]], 0)

@@ -12,8 +12,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
-from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+
+from hydra_plugins.grpo_exp_plugins.launch_setup import LaunchSetup
 
 
 @dataclass
@@ -26,27 +26,15 @@ class ParallelLauncherConf:
 ConfigStore.instance().store(group="hydra/launcher", name="parallel", node=ParallelLauncherConf, provider="grpo_exp")
 
 
-class ParallelLauncher(Launcher):
+class ParallelLauncher(LaunchSetup, Launcher):
     def __init__(self, n_jobs: Any = "auto", memory_margin: float = 0.1) -> None:
         self.n_jobs = n_jobs
         self.memory_margin = memory_margin
-        self.config: DictConfig | None = None
-        self.hydra_context: HydraContext | None = None
-        self.task_function: TaskFunction | None = None
-
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from grpo_exp.sweep.launcher import launch
 
-        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        config, hydra_context, task_function = self.set_up()
         return launch(
-            self.config,
-            self.hydra_context,
-            self.task_function,
-            job_overrides,
-            initial_job_idx,
-            self.n_jobs,
-            self.memory_margin,
+            config, hydra_context, task_function, job_overrides, initial_job_idx, self.n_jobs, self.memory_margin
         )

@@ -16,8 +16,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
-from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
+
+from hydra_plugins.grpo_exp_plugins.launch_setup import LaunchSetup
 
 
 @dataclass
@@ -33,20 +34,14 @@ ConfigStore.instance().store(
 )
 
 
-class PlannedRayLauncher(Launcher):
+class PlannedRayLauncher(LaunchSetup, Launcher):
     def __init__(self, ray: DictConfig, memory_margin: float = 0.1) -> None:
         self.configured = ray  # remote.num_gpus may be auto: each launch resolves it into ray_cfg
         self.ray_cfg = ray  # what hydra-ray-launcher reads
         self.memory_margin = memory_margin
-        self.config: DictConfig | None = None
-        self.hydra_context: HydraContext | None = None
-        self.task_function: TaskFunction | None = None
-
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from grpo_exp.sweep.ray_tasks import launch
 
-        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        self.set_up()
         return launch(self, job_overrides, initial_job_idx)
