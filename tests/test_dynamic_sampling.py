@@ -1,10 +1,14 @@
-"""grpo.dynamic_sampling on the tiny model: the groups trained on never all score alike (unless solved)."""
+"""grpo.dynamic_sampling on the tiny model: the groups trained on never all score alike (solved ones
+neither, unless grpo.dynamic_sampling_keep_solved), on one process or several (fake ranks here; two
+real ones in tests/test_multiprocess.py)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import statistics
+import threading
 from collections import defaultdict
 from types import SimpleNamespace
 from typing import Any
@@ -13,7 +17,7 @@ import pytest
 import torch
 
 from grpo_exp.tracking.metrics import read_metrics
-from grpo_exp.training.dynamic_sampling import DynamicSampling, _merged, _rows
+from grpo_exp.training.dynamic_sampling import DynamicSampling, _merged, _rows, groups_to_draw
 from tests.test_long_runs import run
 
 DROPPED, ROUNDS, TRAINED_ZERO = (f"dynamic_sampling/{k}" for k in ("dropped_share", "rounds", "trained_zero_std_share"))
@@ -37,7 +41,7 @@ class FakeTrl:
         self.multi_objective_aggregation, self.scale_rewards = "sum_then_normalize", "group"
         self._metrics: dict[str, defaultdict[str, list[float]]] = {"train": defaultdict(list)}
         self.model = SimpleNamespace(training=True)
-        self.accelerator = SimpleNamespace(num_processes=1)
+        self.accelerator = SimpleNamespace(num_processes=1, process_index=0)
         self._tokenizer = SimpleNamespace(pad_token_id=0)
         self.args = SimpleNamespace(seed=0)
         self.state = SimpleNamespace(global_step=step)
@@ -69,9 +73,15 @@ class Sampler(DynamicSampling, FakeTrl):
     pass
 
 
-def sampler(rounds: list[list[list[float]]], ceiling: float | None = 1.0, **kwargs: Any) -> Sampler:
+def sampler(
+    rounds: list[list[list[float]]],
+    ceiling: float | None = 1.0,
+    keep_solved: bool = False,
+    max_rounds: int = 4,
+    **kwargs: Any,
+) -> Sampler:
     trainer = Sampler(rounds, **kwargs)
-    trainer.enable_dynamic_sampling(max_rounds=4, ceilings=[ceiling])
+    trainer.enable_dynamic_sampling(max_rounds=max_rounds, ceilings=[ceiling], keep_solved=keep_solved)
     return trainer
 
 
@@ -111,7 +121,7 @@ def test_a_group_nothing_scored_is_not_solved_and_one_scored_completion_is_no_sp
     [("sum_then_normalize", "group", 0.5), ("sum_then_normalize", "batch", 0.0), ("normalize_then_sum", "group", 0.0)],
 )
 def test_frac_reward_zero_std_is_per_group_or_over_the_batch_as_trl_judges_it(aggregation, scale, zero_std_share):
-    trainer = sampler([[[1.0], [1.0], [0.0], [1.0]]])  # a solved group (kept, no spread) and a mixed one
+    trainer = sampler([[[1.0], [1.0], [0.0], [1.0]]], keep_solved=True)  # a solved group (kept) and a mixed one
     trainer.multi_objective_aggregation, trainer.scale_rewards = aggregation, scale
     trainer._generate_and_score_completions(inputs(2))
     assert trainer._metrics["train"]["frac_reward_zero_std"] == [zero_std_share]
@@ -129,6 +139,134 @@ def test_each_generation_batch_of_a_step_refills_from_prompts_of_its_own():
     resumed = sampler(alike_then_mixed, step=3)
     resumed._generate_and_score_completions(inputs(1))
     assert resumed.drawn[1] == first
+
+
+SOLVED_THEN_MIXED = [[[1.0], [1.0], [0.0], [1.0]], [[0.3], [0.6]]]  # round 1: a solved group, a mixed one
+
+
+def test_solved_groups_are_dropped_and_refilled_as_dapo_does():
+    """Issue 38: a solved group (all at the ceiling) was trained on, with no advantage anywhere."""
+    trainer = sampler(SOLVED_THEN_MIXED)
+    batch = trainer._generate_and_score_completions(inputs(2))
+    metrics = trainer._metrics["train"]
+    assert batch["prompt_ids"].flatten().tolist() == [2, 3, 4, 5]  # round 1's mixed group, round 2's
+    assert metrics[DROPPED] == [1 / 3] and metrics[ROUNDS] == [1.0] and metrics[TRAINED_ZERO] == [0.0]
+    assert metrics["frac_reward_zero_std"] == [0.0] and metrics["frac_solved_groups"] == [0.0]
+
+
+def test_keep_solved_trains_them_and_counts_them_among_the_groups_that_scored_alike():
+    trainer = sampler(SOLVED_THEN_MIXED[:1], keep_solved=True)
+    batch = trainer._generate_and_score_completions(inputs(2))
+    metrics = trainer._metrics["train"]
+    assert batch["prompt_ids"].flatten().tolist() == [0, 1, 2, 3] and metrics[ROUNDS] == [0.0]
+    assert metrics[DROPPED] == [0.0] and metrics[TRAINED_ZERO] == [0.5] == metrics["frac_reward_zero_std"]
+
+
+def test_groups_that_fill_the_batch_when_the_rounds_run_out_are_counted_and_logged(caplog):
+    alike = [[0.5], [0.5], [1.0], [1.0]]  # one unsolved, one solved: both alike
+    trainer = sampler([alike, [[0.2], [0.2], [0.0], [0.0]]], max_rounds=1, step=6)
+    with caplog.at_level(logging.WARNING, logger="grpo_exp.training.dynamic_sampling"):
+        trainer._generate_and_score_completions(inputs(2))
+    metrics = trainer._metrics["train"]
+    assert metrics[ROUNDS] == [1.0] and metrics[DROPPED] == [1.0] and metrics[TRAINED_ZERO] == [1.0]
+    (record,) = caplog.records
+    assert "step 7's batch filled 2 of its 2 groups" in record.getMessage() and "1 extra round" in record.getMessage()
+    trainer = sampler(SOLVED_THEN_MIXED)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="grpo_exp.training.dynamic_sampling"):
+        trainer._generate_and_score_completions(inputs(2))
+    assert not caplog.records, "the rounds did not run out"
+
+
+@pytest.mark.parametrize(
+    ("missing", "group", "processes", "drawn"),
+    [(3, 4, 1, 3), (1, 4, 2, 1), (1, 3, 2, 2), (3, 3, 2, 4), (1, 6, 4, 2), (5, 2, 8, 8)],
+)
+def test_a_round_draws_groups_whose_rows_split_evenly_over_the_ranks(missing, group, processes, drawn):
+    assert groups_to_draw(missing, group, processes) == drawn
+    assert drawn * group % processes == 0
+
+
+class World:
+    """What torch.distributed gives two ranks, for threads: every rank's value, in rank order."""
+
+    def __init__(self, size: int) -> None:
+        self.barrier = threading.Barrier(size, timeout=30)  # a rank that skips a round breaks it: no hang
+        self.slots: list[Any] = [None] * size
+
+    def exchange(self, rank: int, value: Any) -> list[Any]:
+        self.slots[rank] = value
+        self.barrier.wait()
+        values = list(self.slots)
+        self.barrier.wait()
+        return values
+
+
+class RankTrl(FakeTrl):
+    """FakeTrl as one of several ranks: it generates its share of the rows (a higher rank's
+    completions one token wider), scores come back for every rank's rows as TRL gathers them, and
+    row ids are places in the whole batch."""
+
+    def __init__(self, rounds: list[list[list[float]]], world: World, rank: int, group: int) -> None:
+        super().__init__(rounds, group=group)
+        self.world, self.rank = world, rank
+        self.accelerator = SimpleNamespace(num_processes=len(world.slots), process_index=rank)
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        self.drawn.append([row["prompt"] for row in inputs])
+        scores = self._calculate_rewards(inputs, None, None, None)
+        for key in (*REWARD_KEYS, GENERATED_KEY):
+            self._metrics["train"][key].append(len(self.drawn) * 100.0)
+        rows, processes = len(inputs), self.accelerator.num_processes
+        first = sum(len(d) for d in self.drawn[:-1]) * processes + self.rank * rows
+        ids = torch.arange(first, first + rows).unsqueeze(1).repeat(1, 1 + self.rank)
+        mask = torch.ones_like(ids)
+        return {
+            "prompt_ids": ids[:, :1],
+            "prompt_mask": mask[:, :1],
+            "completion_ids": ids,
+            "completion_mask": mask,
+            "advantages": scores[self.rank * rows : (self.rank + 1) * rows, 0],
+            "num_items_in_batch": mask.sum(),
+        }
+
+
+class Rank(DynamicSampling, RankTrl):
+    def _every_rank(self, output: dict[str, Any]) -> dict[str, Any]:
+        return _merged(self.world.exchange(self.rank, output), pad=0)
+
+
+def test_two_ranks_pick_the_same_groups_of_the_whole_batch_and_each_keeps_an_equal_slice():
+    """Issue 38: groups of 4 over 2 ranks of 6 rows, so the middle group spans both ranks. Round 1
+    keeps the first group; round 2 draws the 2 missing groups alike on both ranks, 4 rows each."""
+    mixed, alike = [[0.0], [1.0], [0.5], [0.5]], [[0.2]] * 4
+    rounds = [mixed + alike + alike, mixed + mixed]
+    world = World(2)
+    ranks = [Rank(rounds, world, r, group=4) for r in (0, 1)]
+    for rank in ranks:
+        rank.enable_dynamic_sampling(max_rounds=4, ceilings=[1.0])
+    batches: list[Any] = [None, None]
+
+    def train(rank: Rank) -> None:
+        batches[rank.rank] = rank._generate_and_score_completions(inputs(3, group=4)[rank.rank * 6 : rank.rank * 6 + 6])
+
+    threads = [threading.Thread(target=train, args=(rank,)) for rank in ranks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert all(batch is not None for batch in batches), "a rank failed or hung"
+    ids = [batch["completion_ids"][:, 0].tolist() for batch in batches]
+    assert ids == [[0, 1, 2, 3, 12, 13], [14, 15, 16, 17, 18, 19]]  # round 1's group 0, round 2's two groups
+    assert batches[0]["completion_ids"].shape == batches[1]["completion_ids"].shape == (6, 2)  # padded alike
+    assert [b["completion_mask"].sum().item() for b in batches] == [6, 2 + 4 * 2]
+    assert [int(b["num_items_in_batch"]) for b in batches] == [16, 16]  # the whole batch's loss tokens
+    assert batches[0]["advantages"].tolist() == [0.0, 1.0, 0.5, 0.5, 0.0, 1.0]
+    round_two = [rank.drawn[1] for rank in ranks]
+    assert len(round_two[0]) == len(round_two[1]) == 4 and round_two[0][0] != round_two[1][0]
+    assert round_two[0][:4] == [round_two[0][0]] * 4 and round_two[1] == [round_two[1][0]] * 4  # a group each
+    metrics = [rank._metrics["train"] for rank in ranks]
+    assert metrics[0] == metrics[1] and metrics[0][TRAINED_ZERO] == [0.0] and metrics[0][DROPPED] == [2 / 5]
 
 
 def test_the_token_count_leaves_tool_results_out_as_trl_does():
@@ -186,9 +324,8 @@ def test_dynamic_sampling_trains_no_group_that_scored_alike_and_logs_what_it_dro
     assert len(rows) == 5 and all(row[TRAINED_ZERO] == 0 for row in rows)
     assert any(row[DROPPED] > 0 and row[ROUNDS] >= 1 for row in rows)  # without it, TRL's frac_reward_zero_std
     assert all(0 <= row[DROPPED] < 1 for row in rows)
-    # TRL's numbers describe the groups trained on: no spread only in solved ones and fillers (issue 39)
-    unspread = [row[TRAINED_ZERO] + row.get("frac_solved_groups", 0.0) for row in rows]
-    assert [row["frac_reward_zero_std"] for row in rows] == pytest.approx(unspread)
+    # TRL's numbers describe the groups trained on (issue 39): solved groups are dropped too (issue 38)
+    assert all(row["frac_reward_zero_std"] == 0 and row.get("frac_solved_groups", 0) == 0 for row in rows)
     assert json.loads((job / "summary.json").read_text())["status"] == "completed"
 
 

@@ -135,6 +135,34 @@ def test_a_signal_to_one_rank_stops_both_with_a_checkpoint_and_the_launch_resume
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
 
 
+DYNAMIC_ROUNDS = 8
+
+
+@pytest.mark.e2e  # two torchrun ranks sample dynamically: about a minute
+def test_two_ranks_sample_dynamically_in_lockstep(tmp_path):
+    """Issue 38: dynamic sampling refused several processes. Groups of 4 over 2 ranks of 6 rows each,
+    so one group spans both ranks; every extra round both ranks generate an equal share."""
+    out, steps = tmp_path / "job", 4
+    dynamic = ("grpo.dynamic_sampling=true", f"grpo.max_sampling_rounds={DYNAMIC_ROUNDS}", "grpo.num_generations=4")
+    batch = ("grpo.prompts_per_step=3", f"grpo.max_steps={steps}", "save_model=false")
+    code, console = finish(launch(out, *dynamic, *batch))
+    assert code == 0, console[-3000:]
+    calls = noted(tmp_path)
+    assert {c["rank"] for c in calls} == {0, 1} and {c["world_size"] for c in calls} == {2}
+    shares = {r: [c["completions"] for c in calls if c["rank"] == r] for r in (0, 1)}
+    assert shares[0] == shares[1], "the ranks generated different shares or rounds"
+    assert min(shares[0]) < 6, "no extra round drew fewer groups than the batch holds (seed 42 does)"
+    rows = training_rows(read_metrics(out / "metrics.jsonl"))
+    assert [r["step"] for r in rows] == list(range(1, steps + 1)), "every step once"
+    keys = ("dropped_share", "rounds", "completions", "trained_zero_std_share")
+    assert all(f"dynamic_sampling/{key}" in row for row in rows for key in keys)
+    assert sum(r["dynamic_sampling/completions"] for r in rows) == sum(shares[0]) * 2, "every round is counted"
+    for row in rows:
+        if row["dynamic_sampling/rounds"] < DYNAMIC_ROUNDS:
+            assert row["dynamic_sampling/trained_zero_std_share"] == 0, row
+    assert "per_device_train_batch_size: 6" in (out / "config.yaml").read_text()
+
+
 ROLLBACK_LR = 1e-3
 BAD_CALL = 5  # each rank's 5th batch scores past float32's range: step 5 collapses, the run goes back to step 4
 ROLLBACK = (

@@ -189,7 +189,8 @@ class GrpoSettings(TrlGrpoFields):
     prompts_per_step: int = 2
     completions_per_step: int = 12
     print_completions: bool = False
-    dynamic_sampling: bool = False  # DAPO's: drop unsolved groups that scored alike, sample more prompts
+    dynamic_sampling: bool = False  # DAPO's: drop groups that scored alike, sample more prompts
+    dynamic_sampling_keep_solved: bool = False  # keep alike groups solved at the reward's ceiling
     max_sampling_rounds: int = 4  # extra generation rounds per batch dynamic sampling may take
 
 

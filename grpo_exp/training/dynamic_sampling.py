@@ -2,95 +2,159 @@
 
 A group whose completions all score alike has zero advantage everywhere: it costs a forward and a
 backward pass and teaches nothing. ``DynamicSampling`` drops such groups from each generation batch
-before the loss, unless the group is solved (every part that scored each completion at its ceiling,
-rewards/solved.py: a converged group is success, and DAPO's "accuracy 1" groups stay out of the
-count the monitor watches too), and generates groups for more prompts, drawn seeded from the training
-set as the adaptive profile draws them (profile.sample_rows), until the batch is full or
-``grpo.max_sampling_rounds`` extra rounds are spent; then dropped groups fill what is left. Alike is
-judged on the scored completions, as TRL leaves unscored ones out of a group's baseline and zeroes
-their advantage; a group none of whose completions was scored is alike, and never solved.
+before the loss, solved ones too as DAPO does (its "accuracy 1" groups; verl's ``filter_groups``),
+and generates groups for more prompts, drawn seeded from the training set as the adaptive profile
+draws them (profile.sample_rows), until the batch is full or ``grpo.max_sampling_rounds`` extra
+rounds are spent; then dropped groups fill what is left, and the log says so once per such batch.
+``grpo.dynamic_sampling_keep_solved`` keeps solved groups (every part that scored each completion at
+its ceiling, rewards/solved.py) in the batch instead. Alike is judged on the scored completions, as
+TRL leaves unscored ones out of a group's baseline and zeroes their advantage; a group none of whose
+completions was scored is alike, and never solved.
+
+Several processes. TRL scores every process's completions together (``_calculate_rewards`` gathers
+them, in rank order) and a group may span two ranks, so each round's rows are gathered from every
+rank too (widths padded alike) and groups are judged and picked on the whole batch: every rank makes
+the same decisions, takes the same number of extra rounds, and keeps its own equal slice of the
+trained batch. A round's new prompts are drawn alike on every rank, as many groups as make a whole
+number of rows per rank, and each rank generates its share. ``num_items_in_batch`` is the whole
+trained batch's loss tokens, as TRL counts them over its processes.
 
 What a step logs. TRL appends its numbers once per generation round, so a step's would average the
-rounds. The reward's are replaced by the trained batch's (the kept groups, and the dropped ones
-filling it), recomputed from its scores as TRL and rewards/ compute them: TRL's ``reward``,
-``reward_std``, ``frac_reward_zero_std`` (the trained groups whose scores have no spread: solved
-ones and fillers), ``rewards/<part>/mean`` and ``/std``, and ours, ``rewards/<part>/group_std``,
-``frac_solved`` and ``frac_solved_groups``; the collapse detector and the monitor read them. Every
-other key keeps TRL's values, round by round, and describes everything generated, dropped groups
-too (``completions/*`` lengths, ``tools/*``, ``num_tokens``). Ours: ``dynamic_sampling/dropped_share``
+rounds. The reward's are replaced by the trained batch's, recomputed from its scores as TRL and
+rewards/ compute them: TRL's ``reward``, ``reward_std``, ``frac_reward_zero_std`` (of the trained
+batch, not of everything generated: solved groups kept, and dropped ones filling the batch),
+``rewards/<part>/mean`` and ``/std``, and ours, ``rewards/<part>/group_std``, ``frac_solved`` and
+``frac_solved_groups``; the collapse detector and the monitor read them. Every other key keeps
+TRL's values, round by round, and describes everything generated, dropped groups too
+(``completions/*`` lengths, ``tools/*``, ``num_tokens``). Ours: ``dynamic_sampling/dropped_share``
 (of the groups generated), ``dynamic_sampling/rounds`` (extra rounds), ``dynamic_sampling/completions``
-(generated) and ``dynamic_sampling/trained_zero_std_share`` (the fillers' share of the groups trained on).
-
-One process only: TRL scores the groups of every process together and hands each its slice.
+(generated) and ``dynamic_sampling/trained_zero_std_share`` (the trained groups whose completions
+all scored alike, solved or not).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import math
+from typing import Any, NamedTuple
 
 import torch
 from trl.trainer.utils import nanstd
 
-from grpo_exp.errors import UserError
 from grpo_exp.rewards.compose import group_std
 from grpo_exp.rewards.solved import SOLVED, SOLVED_GROUPS, completion_solved, group_solved, judgeable, solved_shares
 from grpo_exp.tracking.monitor import GROUP_STD_SUFFIX, PART_PREFIX
 from grpo_exp.training.profile import sample_rows
 
+log = logging.getLogger(__name__)
+
 LEFT_PADDED = ("prompt_ids", "prompt_mask")  # TRL pads prompts on the left, completions on the right
+# The per-row entries of TRL 1.16's generation output, gathered from every rank: a fixed list, so
+# every rank gathers the same ones (a batch-wide value like pixel_values could match a rank's row count).
+PER_ROW_KEYS = (
+    *LEFT_PADDED,
+    "completion_ids",
+    "completion_mask",
+    "tool_mask",
+    "advantages",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "sampling_per_token_logps",
+    "importance_sampling_ratio",
+    "token_type_ids",
+    "mm_token_type_ids",
+)
 METRIC = "dynamic_sampling/"
 ALIKE = 1e-6  # a spread of totals within this share of the batch's largest (at least 1) is rounding
 TRL_STD_EPSILON = 1e-4  # what TRL adds to a standard deviation it divides by (normalize_then_sum)
+
+
+class Group(NamedTuple):
+    """One prompt's completions from a round: its rows of the whole batch, its scores (completions by
+    parts), whether they all scored alike."""
+
+    rows: dict[str, Any]
+    scores: torch.Tensor
+    alike: bool
 
 
 class DynamicSampling:
     """Mix in before GRPOTrainer; ``enable_dynamic_sampling`` turns it on."""
 
     dynamic_rounds: int | None = None  # extra generation rounds allowed per batch; None: off
+    keep_solved: bool = False
     ceilings: tuple[float | None, ...] = ()
     _scored: torch.Tensor | None = None
     _batches: tuple[int | None, int] = (None, 0)  # (global step, generation batches begun at it)
 
-    def enable_dynamic_sampling(self, max_rounds: int, ceilings: list[float | None]) -> None:
-        if self.accelerator.num_processes > 1:
-            raise UserError("grpo.dynamic_sampling=true runs in one process: drop it, or train on one device")
-        self.dynamic_rounds, self.ceilings = max_rounds, tuple(ceilings)
+    def enable_dynamic_sampling(self, max_rounds: int, ceilings: list[float | None], keep_solved: bool = False) -> None:
+        self.dynamic_rounds, self.ceilings, self.keep_solved = max_rounds, tuple(ceilings), keep_solved
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         self._scored = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        return self._scored
+        return self._scored  # every process's rows, in rank order
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         if self.dynamic_rounds is None or not self.model.training:
             return super()._generate_and_score_completions(inputs)
-        size, group = len(inputs), self.num_generations
+        group, processes = self.num_generations, self.accelerator.num_processes
+        wanted = len(inputs) * processes // group  # groups of the whole batch (TRL: whole groups only)
         metrics = self._metrics["train"]
         logged = {key: len(values) for key, values in metrics.items()}  # by earlier batches of this step
         index_in_step = self._next_batch()
-        kept: list[tuple[dict[str, Any], torch.Tensor]] = []  # per group: its rows, its scores
-        spare: list[tuple[dict[str, Any], torch.Tensor]] = []
-        generated = dropped = rounds = 0
+        kept: list[Group] = []
+        spare: list[Group] = []
+        generated = rounds = 0
         batch = inputs
         while True:
-            output = super()._generate_and_score_completions(batch)
+            output = self._every_rank(super()._generate_and_score_completions(batch))
             scores = self._scored
-            for index, useless in enumerate(self._useless_groups(scores)):
+            for index, alike in enumerate(self._alike_groups(scores)):
                 rows = slice(index * group, (index + 1) * group)
-                (spare if useless else kept).append((_rows(output, rows), scores[rows]))
-                dropped += useless
+                member = Group(_rows(output, rows), scores[rows], alike)
+                kept_anyway = alike and self.keep_solved and self._solved(member.scores)
+                (spare if alike and not kept_anyway else kept).append(member)
                 generated += 1
-            missing = size // group - len(kept)
+            missing = wanted - len(kept)  # from gathered scores: the same on every rank
             if missing <= 0 or rounds >= self.dynamic_rounds:
                 break
             rounds += 1
-            batch = self._more_prompts(missing, index_in_step, rounds)
-        trained = (kept + spare)[: size // group]
-        self._describe_trained(torch.cat([scores for _, scores in trained]), logged)
-        metrics[METRIC + "dropped_share"].append(dropped / generated)
+            batch = self._more_prompts(groups_to_draw(missing, group, processes), index_in_step, rounds)
+        trained = (kept + spare)[:wanted]
+        alike_trained = sum(g.alike for g in trained)
+        if missing > 0:
+            log.warning(
+                "dynamic sampling: step %d's batch filled %d of its %d groups with dropped ones that scored "
+                "alike: %d extra round(s) (grpo.max_sampling_rounds) ran out",
+                self.state.global_step + 1,
+                missing,
+                wanted,
+                rounds,
+            )
+        self._describe_trained(torch.cat([g.scores for g in trained]), logged)
+        metrics[METRIC + "dropped_share"].append(len(spare) / generated)
         metrics[METRIC + "rounds"].append(float(rounds))
         metrics[METRIC + "completions"].append(float(generated * group))  # generated, kept or not
-        metrics[METRIC + "trained_zero_std_share"].append(max(0, len(trained) - len(kept)) / len(trained))
-        return _merged([rows for rows, _ in trained], self._tokenizer.pad_token_id)
+        metrics[METRIC + "trained_zero_std_share"].append(alike_trained / len(trained))
+        whole = _merged([g.rows for g in trained], self._tokenizer.pad_token_id)
+        return _rows(whole, rank_rows(len(inputs), self.accelerator.process_index))
+
+    def _every_rank(self, output: dict[str, Any]) -> dict[str, Any]:
+        """A round's output with every rank's rows, in rank order as TRL gathers the scores: per-row
+        tensors padded to the widest rank's width and gathered; other values are this rank's (images'
+        tensors among them: a multimodal batch is not merged across rounds either)."""
+        if self.accelerator.num_processes == 1:
+            return output
+        from accelerate.utils import gather, pad_across_processes
+
+        whole = dict(output)
+        for key in sorted(k for k in PER_ROW_KEYS if torch.is_tensor(output.get(k))):  # alike on every rank
+            value = output[key]
+            if value.dim() >= 2:
+                fill = _fill(key, self._tokenizer.pad_token_id)
+                value = pad_across_processes(value, dim=1, pad_index=fill, pad_first=key in LEFT_PADDED)
+            whole[key] = gather(value)
+        return whole
 
     def _next_batch(self) -> int:
         """This generation batch's index within the optimizer step: a step generates several when
@@ -108,17 +172,15 @@ class DynamicSampling:
         totals[torch.isnan(scores).all(dim=1)] = torch.nan
         return totals
 
-    def _useless_groups(self, scores: torch.Tensor) -> list[bool]:
-        """Per group of the batch just scored: its scored completions all alike, and not solved."""
+    def _alike_groups(self, scores: torch.Tensor) -> list[bool]:
+        """Per group of the batch just scored: its scored completions all alike (none scored: alike)."""
         totals = self._totals(scores)
         tolerance = ALIKE * max(1.0, totals.nan_to_num(nan=0.0).abs().max().item())
-        useless = []
-        for index, row in enumerate(totals.view(-1, self.num_generations).tolist()):
+        alike = []
+        for row in totals.view(-1, self.num_generations).tolist():
             values = [t for t in row if t == t]  # t != t: NaN, unscored
-            alike = not values or max(values) - min(values) <= tolerance
-            members = scores[index * self.num_generations : (index + 1) * self.num_generations]
-            useless.append(alike and not self._solved(members))
-        return useless
+            alike.append(not values or max(values) - min(values) <= tolerance)
+        return alike
 
     def _solved(self, group: torch.Tensor) -> bool:
         """Solved as rewards/solved.py judges a group: every scored completion's weighted parts at
@@ -180,10 +242,29 @@ class DynamicSampling:
         return torch.isclose(std, torch.zeros_like(std)).float().mean().item()
 
     def _more_prompts(self, groups: int, index_in_step: int, round_: int) -> list[dict[str, Any]]:
-        """``groups`` training prompts drawn seeded by step, generation batch and round, each repeated for its group."""
+        """This rank's share of ``groups`` training prompts, each repeated for its group: drawn alike on
+        every rank, seeded by step, generation batch and round; a draw larger than the training set
+        takes it whole, repeated, so each rank still gets an equal share."""
         rows = self.train_dataset
         picked = sample_rows(len(rows), groups, f"{self.args.seed}/{self.state.global_step}/{index_in_step}/{round_}")
-        return [rows[i] for i in picked for _ in range(self.num_generations)]
+        processes = self.accelerator.num_processes
+        if processes > 1 and len(picked) < groups:
+            picked = (picked * math.ceil(groups / len(picked)))[:groups]
+        drawn = [rows[i] for i in picked for _ in range(self.num_generations)]
+        share = len(drawn) // processes
+        return drawn[rank_rows(share, self.accelerator.process_index)]
+
+
+def groups_to_draw(missing: int, group: int, processes: int) -> int:
+    """The fewest groups, at least ``missing``, whose rows split evenly over ``processes``: TRL slices
+    the gathered scores by equal shares per rank."""
+    step = processes // math.gcd(group, processes)
+    return math.ceil(missing / step) * step
+
+
+def rank_rows(share: int, rank: int) -> slice:
+    """The rows of the whole batch (ranks' rows in rank order) that rank ``rank`` holds, ``share`` each."""
+    return slice(rank * share, (rank + 1) * share)
 
 
 def _score(value: float) -> float | None:
@@ -191,15 +272,25 @@ def _score(value: float) -> float | None:
     return None if value != value else value
 
 
+def _per_row(value: Any, size: int) -> bool:
+    """A tensor with one entry per row of a batch of ``size`` rows (not a batch-wide value)."""
+    return torch.is_tensor(value) and value.dim() > 0 and value.shape[0] == size
+
+
+def _fill(key: str, pad: int) -> int:
+    """What pads a per-row tensor's width: the pad token for token ids, 0 (masked out) otherwise."""
+    return pad if key.endswith("_ids") else 0
+
+
 def _rows(output: dict[str, Any], rows: slice) -> dict[str, Any]:
     """The batch's entries for ``rows`` (per-row tensors sliced; a batch-wide value kept as is)."""
     size = output["advantages"].shape[0]
-    return {k: v[rows] if torch.is_tensor(v) and v.dim() and v.shape[0] == size else v for k, v in output.items()}
+    return {k: v[rows] if _per_row(v, size) else v for k, v in output.items()}
 
 
 def _merged(parts: list[dict[str, Any]], pad: int) -> dict[str, Any]:
     """One batch from groups generated in different rounds: tensors padded to a common width, the
-    token count TRL normalises by recomputed."""
+    token count TRL normalises by recomputed (over every rank's rows when ``parts`` hold them)."""
     merged: dict[str, Any] = {}
     for key, first in parts[0].items():
         values = [p[key] for p in parts]
@@ -208,9 +299,7 @@ def _merged(parts: list[dict[str, Any]], pad: int) -> dict[str, Any]:
             continue
         if first.dim() >= 2:
             width = max(v.shape[1] for v in values)
-            fill = pad if key.endswith("_ids") else 0
-            left = key in LEFT_PADDED
-            values = [_pad(v, width, fill, left) for v in values]
+            values = [_pad(v, width, _fill(key, pad), key in LEFT_PADDED) for v in values]
         merged[key] = torch.cat(values)
     loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)  # as TRL: tool results are no loss tokens
     merged["num_items_in_batch"] = loss_mask.sum()

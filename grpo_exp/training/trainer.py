@@ -141,7 +141,11 @@ def build_trainer(
             print_completions=settings.grpo.print_completions,
         )
     if settings.grpo.dynamic_sampling:
-        trainer.enable_dynamic_sampling(settings.grpo.max_sampling_rounds, [r.ceiling for r in spec.rewards])
+        trainer.enable_dynamic_sampling(
+            settings.grpo.max_sampling_rounds,
+            [r.ceiling for r in spec.rewards],
+            keep_solved=settings.grpo.dynamic_sampling_keep_solved,
+        )
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(SignalProgress())
     return trainer
