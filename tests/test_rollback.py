@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from grpo_exp.folder import JobFolder
 from grpo_exp.tracking.metrics import read_metrics
 from grpo_exp.training import checkpoints
 from grpo_exp.training.collapse.detector import CollapseDetector, rollback_records
@@ -35,6 +37,38 @@ def reward(completions, **kwargs):
         return [-1e39] * len(completions)
     texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
     return [min(len(t), 60) / 60 for t in texts]
+"""
+# Appended to the reward module (it is imported in the training process): after the remedy, at the start
+# of a stage after a rollback, saves the trained (adapter) weights as the trainer holds them, the
+# learning rate of the optimizer and of the scheduler, and a copy of the adapter of the checkpoint the
+# stage resumed (a later save's rotation may delete the checkpoint itself).
+SPY_ON_THE_REMEDY = """
+
+import json
+import shutil
+
+from peft import get_peft_model_state_dict
+from safetensors.torch import save_file
+
+from grpo_exp.training.collapse.rollback import LearningRateRemedy
+
+remedy = LearningRateRemedy.on_train_begin
+
+
+def spy(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
+    remedy(self, args, state, control, model=model, optimizer=optimizer, lr_scheduler=lr_scheduler, **kwargs)
+    folder = Path(SPY_FOLDER)
+    folder.mkdir(exist_ok=True)
+    weights = {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(model).items()}
+    save_file(weights, str(folder / "trained.safetensors"))
+    checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+    shutil.copy(checkpoint / "adapter_model.safetensors", folder / "checkpoint.safetensors")
+    lrs = {"step": state.global_step, "optimizer": optimizer.param_groups[0]["lr"]}
+    lrs["scheduler"] = lr_scheduler.get_last_lr()[0]
+    (folder / "lr.json").write_text(json.dumps(lrs))
+
+
+LearningRateRemedy.on_train_begin = spy
 """
 SHORT = ("dataset.eval_fraction=0", "save_model=false", "threads=1", f"optimizer.lr={LR}")
 QUIET = ("logger=none", *SHORT)
@@ -99,9 +133,12 @@ def test_warn_is_the_default_and_rollback_needs_checkpoints(settings):
         checks.check(settings("monitor.on_collapse=rollback", "grpo.save_steps=0"))
 
 
-def diverging_reward(tmp_path: Path, *bad_calls: int) -> tuple[str, ...]:
+def diverging_reward(tmp_path: Path, *bad_calls: int, spy: Path | None = None) -> tuple[str, ...]:
+    """The reward module's overrides; with ``spy``, the module also records each rollback stage's start there."""
     module = tmp_path / "diverges_once.py"
     source = DIVERGING_REWARD.format(bad_calls=set(bad_calls), marker=str(tmp_path / "divergence_given"))
+    if spy is not None:
+        source += SPY_ON_THE_REMEDY.replace("SPY_FOLDER", repr(str(spy)))
     module.write_text(source, encoding="utf-8")
     return ("reward=custom", f"reward.parts.main.fn={module}:reward", "reward.parts.main.ceiling=1.0")
 
@@ -135,6 +172,187 @@ def test_an_injected_diverging_reward_rolls_back_to_the_last_healthy_checkpoint(
     summary = json.loads((job / "summary.json").read_text())
     assert summary["status"] == "completed" and [r["to_step"] for r in summary["rollbacks"]] == [6]
     assert "rollback" in result.stdout and "back to step 6" in result.stdout
+
+
+WARMUP, TOTAL = 4, 20  # the remedy's warm-up steps; the schedule's steps
+# transformers' schedules as formulas (2 warm-up steps for the linear one), to check the code against
+SCHEDULES = {"linear": lambda step: min(step / 2, (TOTAL - step) / (TOTAL - 2)), "constant": lambda step: 1.0}
+
+
+def stepped_schedule(name: str, steps_taken: int, state: dict | None = None):
+    """A transformers schedule stepped as the trainer steps it, or restored as a resume restores it
+    (``state``: the optimizer's and scheduler's saved states)."""
+    import torch
+    from transformers import get_scheduler
+
+    weight = torch.nn.Parameter(torch.zeros(3))
+    optimizer = torch.optim.AdamW([weight], lr=LR)
+    scheduler = get_scheduler(name, optimizer, num_warmup_steps=2, num_training_steps=TOTAL)
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+    for _ in range(steps_taken):
+        weight.grad = torch.ones_like(weight)
+        optimizer.step()
+        scheduler.step()
+    return optimizer, scheduler
+
+
+def remedied_lr(name: str, step: int, since: int, factor: float) -> float:
+    """The learning rate at ``step`` under the remedy, from the formulas, not the code under test."""
+    return LR * factor * SCHEDULES[name](step) * min(1.0, (step - since + 1) / WARMUP)
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "accelerate_wrapper"])
+@pytest.mark.parametrize(("start", "name", "since"), [("resumed", "linear", 6), ("never_stepped", "constant", 0)])
+def test_the_remedy_sets_the_learning_rate_the_optimizer_uses_and_the_scheduler_reports(start, name, since, wrapped):
+    """Issue 38: through the scheduler's public step, not its private ``_last_lr``. The optimizer's rate
+    (what trains) and ``get_last_lr()`` (what is logged) are both the remedied schedule's, at the
+    stage's first step and after it, with no warning from torch about the order of steps (it warns
+    when a scheduler never stepped steps before its optimizer)."""
+    import warnings
+
+    from grpo_exp.training.collapse.rollback import LearningRateRemedy
+
+    optimizer, scheduler = stepped_schedule(name, since)
+    if start == "resumed":  # as transformers restores them: a new optimizer and scheduler, then the states
+        optimizer, scheduler = stepped_schedule(
+            name, 0, {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}
+        )
+    factor = 0.25
+    remedy = LearningRateRemedy(factor, since=since, warmup_steps=WARMUP)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        remedy.on_train_begin(
+            SimpleNamespace(learning_rate=LR),
+            None,
+            None,
+            optimizer=optimizer,
+            lr_scheduler=SimpleNamespace(scheduler=scheduler) if wrapped else scheduler,
+        )
+    assert [str(w.message) for w in caught] == []
+    assert scheduler.last_epoch == since, "the schedule's position is unchanged"
+    expected = remedied_lr(name, since, since, factor)
+    assert expected == pytest.approx(LR * factor * SCHEDULES[name](since) / WARMUP) and expected > 0
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12)
+    assert scheduler.get_last_lr() == [pytest.approx(expected, rel=1e-12)]
+    for step in (since + 1, since + WARMUP + 2):
+        while scheduler.last_epoch < step:
+            optimizer.step()
+            scheduler.step()
+        expected = remedied_lr(name, step, since, factor)
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12), step
+        assert scheduler.get_last_lr() == [pytest.approx(expected, rel=1e-12)], step
+
+
+# what transformers' schedules need beside the step counts
+SCHEDULE_KWARGS = {
+    "cosine_with_min_lr": {"min_lr_rate": 0.1},
+    "cosine_warmup_with_min_lr": {"min_lr_rate": 0.1},
+    "warmup_stable_decay": {"num_decay_steps": 2},
+}
+
+
+def test_rollback_takes_every_step_schedule_and_refuses_one_that_follows_a_metric(settings):
+    """The remedy scales a LambdaLR; transformers builds one for every lr_scheduler_type but those that
+    follow a metric, which are refused before the model loads rather than at the first rollback."""
+    import torch
+    from torch.optim.lr_scheduler import LambdaLR
+    from transformers import get_scheduler
+    from transformers.trainer_utils import SchedulerType
+
+    from grpo_exp.config import checks
+    from grpo_exp.errors import UserError
+
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=LR)
+    rollback = settings("monitor.on_collapse=rollback")
+    refused = []
+    for kind in SchedulerType:
+        chosen = replace(rollback, optimizer=replace(rollback.optimizer, scheduler=kind.value))
+        if kind.value in checks.METRIC_SCHEDULERS:
+            with pytest.raises(UserError, match=f"optimizer.scheduler={kind.value} follows a metric"):
+                checks.check(chosen)
+            refused.append(kind.value)
+            continue
+        built = get_scheduler(kind.value, optimizer, 1, 10, scheduler_specific_kwargs=SCHEDULE_KWARGS.get(kind.value))
+        assert isinstance(built, LambdaLR), kind.value
+        checks.check(chosen)
+    assert sorted(refused) == sorted(checks.METRIC_SCHEDULERS), "each refused one is one transformers has"
+    checks.check(settings("monitor.on_collapse=stop", "optimizer.scheduler=reduce_lr_on_plateau"))
+
+
+def test_rollback_under_deepspeed_is_refused_in_one_line_before_the_model_loads(settings, monkeypatch):
+    """Issue 38: a rollback trains on with a new trainer in the same process; a second DeepSpeed engine
+    there keeps the first one's memory. FSDP and plain data parallel hold no such engine, and stop
+    trains no second stage: those pass."""
+    from grpo_exp import models
+    from grpo_exp.errors import UserError
+    from grpo_exp.spec import build_spec
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model loaded")
+
+    monkeypatch.setattr(models, "load_model", no_model)
+    for name, value in (("WORLD_SIZE", "2"), ("LOCAL_WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    rollback = ("device=cpu", "monitor.on_collapse=rollback")
+    for stage in ("2", "3"):
+        monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+        monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", stage)
+        for lora in ("false", "true"):
+            with pytest.raises(UserError) as refused:
+                build_spec(settings(*rollback, f"model.lora.enabled={lora}"))
+            line = str(refused.value)
+            assert "\n" not in line and f"monitor.on_collapse=rollback under DeepSpeed (zero{stage})" in line
+            assert "use monitor.on_collapse=stop, or launch with accelerate/ddp.yaml" in line
+    assert build_spec(settings("device=cpu", "monitor.on_collapse=stop")).layout.sharding == "zero3"
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    assert build_spec(settings(*rollback)).layout.sharding == "fsdp"
+    monkeypatch.delenv("ACCELERATE_USE_FSDP")
+    assert build_spec(settings(*rollback)).layout.sharding is None  # torchrun, or accelerate/ddp.yaml
+
+
+@pytest.mark.e2e  # a LoRA run with a rollback
+def test_a_lora_run_rolls_back_to_its_adapter_checkpoint(tmp_path):
+    """Issue 38: a LoRA checkpoint holds the adapter; the stage after the rollback trains from the
+    checkpoint's adapter (read back from the trainer itself, compared tensor by tensor), with the remedy."""
+    from safetensors.torch import load_file
+
+    job, spy = tmp_path / "job", tmp_path / "stage_start"
+    result = run(
+        *QUIET,
+        *diverging_reward(tmp_path, 7, spy=spy),
+        "model.lora.enabled=true",
+        "grpo.max_steps=10",
+        "monitor.on_collapse=rollback",
+        "monitor.healthy_every=2",
+        f"monitor.remedy.warmup_steps={WARMUP}",
+        f"hydra.run.dir={job}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = assert_every_step_once(job, 10)
+    (rollback,) = rollback_records(json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines())
+    assert (rollback["cause"], rollback["from_step"], rollback["to_step"]) == ("non_finite", 7, 6)
+    assert all((path / "adapter_model.safetensors").is_file() for _, path in JobFolder(job).checkpoints())
+    assert not list(job.glob("checkpoint-*/model.safetensors")), "a LoRA checkpoint holds the adapter alone"
+
+    trained, saved = load_file(spy / "trained.safetensors"), load_file(spy / "checkpoint.safetensors")
+    assert trained.keys() == saved.keys() and any("lora_B" in k for k in saved)
+    assert any(saved[k].abs().sum() > 0 for k in saved if "lora_B" in k), "the checkpoint's adapter has trained"
+    assert all(torch_equal(trained[k], saved[k]) for k in saved), "the stage starts from the checkpoint's adapter"
+
+    lrs = json.loads((spy / "lr.json").read_text())
+    assert lrs["step"] == 6 and lrs["optimizer"] == lrs["scheduler"]
+    assert 0 < lrs["optimizer"] <= LR / 2 / WARMUP + 1e-12  # halved, and at the first of the warm-up's 4 steps
+    lr = {r["step"]: r["learning_rate"] for r in rows}
+    assert all(lr[s] <= LR / 2 + 1e-12 for s in range(7, 11)) and lr[6] > LR / 2
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return a.dtype == b.dtype and torch.equal(a, b)
 
 
 @pytest.mark.e2e  # rollbacks in a long real run

@@ -151,6 +151,11 @@ IN_USE: dict[str, Callable[[ExperimentConfig], bool]] = {
 }
 
 
+# transformers' lr_scheduler_type values that follow a metric, not the step count: no LambdaLR for a
+# rollback's remedy to scale (every other value builds one; tests/test_rollback.py checks both)
+METRIC_SCHEDULERS = ("reduce_lr_on_plateau", "greedy")
+
+
 def check(settings: ExperimentConfig) -> None:
     """Raise ``UserError`` for the first value out of its range or keys that can't go together."""
     skipped = tuple(prefix for prefix, used in IN_USE.items() if not used(settings))
@@ -171,10 +176,16 @@ def check(settings: ExperimentConfig) -> None:
 
 
 def _check_rollback(settings: ExperimentConfig) -> None:
-    """A rollback resumes a checkpoint of one plain run."""
+    """A rollback resumes a checkpoint of one plain run, and scales its step schedule (``LearningRateRemedy``)."""
     if settings.monitor.on_collapse == "rollback" and settings.grpo.save_steps <= 0:
         raise UserError(
             "monitor.on_collapse=rollback goes back to a checkpoint: set grpo.save_steps above 0 (or use warn or stop)"
+        )
+    scheduler = str(settings.optimizer.scheduler)
+    if settings.monitor.on_collapse == "rollback" and scheduler in METRIC_SCHEDULERS:
+        raise UserError(
+            f"monitor.on_collapse=rollback scales a learning rate schedule of steps; optimizer.scheduler={scheduler} "
+            "follows a metric instead: use optimizer.scheduler=constant, linear or cosine (or on_collapse=stop)"
         )
     if settings.adaptive.enabled:
         raise UserError(

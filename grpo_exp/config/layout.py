@@ -38,7 +38,7 @@ from enum import StrEnum
 from importlib import metadata
 
 from grpo_exp import hardware
-from grpo_exp.config.schema import ExperimentConfig, MasterWeights
+from grpo_exp.config.schema import ExperimentConfig, MasterWeights, OnCollapse
 from grpo_exp.errors import UserError
 from grpo_exp.hardware import Machine
 
@@ -130,9 +130,14 @@ class Layout:
         )
 
     @property
+    def deepspeed(self) -> bool:
+        """Launched with DeepSpeed, at any ZeRO stage."""
+        return bool(self.sharding and self.sharding.startswith("zero"))
+
+    @property
     def deepspeed_master(self) -> bool:
         """DeepSpeed trains every weight in the 16-bit autocast dtype and keeps the float32 copy in its optimizer."""
-        return bool(self.sharding and self.sharding.startswith("zero")) and self.precision is not Precision.fp32
+        return self.deepspeed and self.precision is not Precision.fp32
 
     def record(self) -> dict[str, object]:
         """The decision as run_info.json records it."""
@@ -278,6 +283,7 @@ def _cc(found: Machine) -> str:
 def check_hardware(settings: ExperimentConfig, layout: Layout) -> list[str]:
     """What the layout rules out (an error) or changes (advice to show)."""
     quant, g = settings.model.quantization, settings.grpo
+    _check_rollback_launch(settings, layout)
     if quant.load_in_4bit and not layout.gpu:
         raise UserError("4-bit loading (bitsandbytes) needs a CUDA GPU: set model.quantization.load_in_4bit=false")
     if quant.load_in_4bit and layout.sharding in SHARDED_4BIT:
@@ -316,6 +322,19 @@ def check_hardware(settings: ExperimentConfig, layout: Layout) -> list[str]:
             "bf16 weights and refuse them; set grpo.use_vllm=false"
         )
     return []
+
+
+def _check_rollback_launch(settings: ExperimentConfig, layout: Layout) -> None:
+    """A rollback trains on with a new trainer in the same process (docs/monitoring.md, "Runs that steady
+    themselves"). Under DeepSpeed that is a second engine beside the first, whose ZeRO partitions and
+    hooks deleting the trainer does not free (DeepSpeed issues 5674 and 7204): a job sized to fit once
+    would run out of memory at its first rollback, hours in. Refused here, before the model loads."""
+    if settings.monitor.on_collapse == OnCollapse.rollback and layout.deepspeed:
+        raise UserError(
+            f"monitor.on_collapse=rollback under DeepSpeed ({layout.sharding}): a rollback "
+            "trains on in the same process, and a second DeepSpeed engine there does not free the first one's "
+            "memory; use monitor.on_collapse=stop, or launch with accelerate/ddp.yaml or accelerate/fsdp.yaml"
+        )
 
 
 def _within(version: str, bounds: tuple[str, str]) -> bool:

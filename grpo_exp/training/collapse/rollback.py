@@ -9,6 +9,11 @@ the rollback as a ``rollback/*`` row and trains a new stage from that checkpoint
 the learning rate times ``monitor.remedy.lr_factor`` (compounding over rollbacks) warmed up again over
 ``monitor.remedy.warmup_steps``, and the group size ``monitor.remedy.num_generations`` when set.
 
+Each stage resumes its checkpoint as any resume does (transformers' ``resume_from_checkpoint``): the
+weights, or a LoRA run's adapter, with the optimizer's and scheduler's states. Launches where that
+can't work are refused before the model loads: DeepSpeed (``config.layout``: a second engine in
+the process keeps the first one's memory) and schedules that follow a metric (``config.checks``).
+
 A run killed after a rollback resumes as any run does; the rollback rows left in ``metrics.jsonl``
 re-apply the remedy (``LearningRateRemedy``) and count towards ``monitor.max_rollbacks``. Past that count the
 next collapse ends the run with one line, as ``on_collapse=stop`` ends it at the first.
@@ -26,6 +31,7 @@ import json
 import logging
 import math
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,7 +116,7 @@ class LearningRateRemedy(TrainerCallback):
     def __init__(self, factor: float, since: int, warmup_steps: int) -> None:
         self.factor, self.since, self.warmup = factor, since, warmup_steps
 
-    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
         scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # accelerate may wrap it
         if scheduler is None or not hasattr(scheduler, "lr_lambdas"):
             raise UserError(
@@ -123,10 +129,24 @@ class LearningRateRemedy(TrainerCallback):
             (lambda step, f=f: f(step) * min(1.0, (step - since + 1) / warmup) if warmup else f(step))
             for f in scheduler.lr_lambdas
         ]
-        lrs = [base * f(scheduler.last_epoch) for base, f in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)]
-        for group, lr in zip(optimizer.param_groups, lrs, strict=True):
-            group["lr"] = lr
-        scheduler._last_lr = lrs
+        recompute(scheduler)
+
+
+# torch's two warnings about a scheduler stepped before its optimizer (torch/optim/lr_scheduler.py)
+STEP_ORDER_WARNINGS = r"(Detected call of `lr_scheduler\.step\(\)` before|Seems like `optimizer\.step\(\)` has been)"
+
+
+def recompute(scheduler: Any) -> None:
+    """Set every param group's learning rate, and ``get_last_lr()``, from the scheduler's current
+    ``base_lrs`` and ``lr_lambdas`` at the step it is at, through its public ``step``: one step back,
+    one step on, so its position in the schedule is unchanged.
+
+    ``step`` warns when it runs before the first ``optimizer.step()`` of a fresh scheduler: a
+    schedule stepped too early skips its first value. Stepping back first skips nothing."""
+    scheduler.last_epoch -= 1
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=STEP_ORDER_WARNINGS, category=UserWarning)
+        scheduler.step()
 
 
 FIX = "lower optimizer.lr, raise grpo.num_generations, or simplify the reward"
