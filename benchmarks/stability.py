@@ -112,7 +112,7 @@ def ds_part(out: Path, seeds: list[int], jobs: int, steps: int, task: str = "cus
                 "eval": dynamic["summary"].get("final_eval_reward"),
                 "eval_parts": dynamic["summary"].get("eval_parts"),
                 "trained_zero_std": _mean(r["dynamic_sampling/trained_zero_std_share"] for r in trained_rows),
-                "dropped": _mean(r["dynamic_sampling/dropped_share"] for r in trained_rows),
+                "dropped": _dropped(trained_rows),
                 "rounds": _mean(r["dynamic_sampling/rounds"] for r in trained_rows),
                 # a step ran out when its extra rounds were spent and dropped groups filled the batch
                 "ran_out_steps": sum(
@@ -121,7 +121,7 @@ def ds_part(out: Path, seeds: list[int], jobs: int, steps: int, task: str = "cus
                     if r["dynamic_sampling/rounds"] >= ROUNDS and r["dynamic_sampling/trained_zero_std_share"] > 0
                 ),
                 "train_reward": _mean(r["reward"] for r in trained_rows),
-                "dropped_first": _mean(r["dynamic_sampling/dropped_share"] for r in trained_rows[:EARLY]),
+                "dropped_first": _dropped(trained_rows[:EARLY]),
             },
             "plain": {
                 "steps": plain_steps,
@@ -143,6 +143,12 @@ def ds_part(out: Path, seeds: list[int], jobs: int, steps: int, task: str = "cus
         if len(held_out) > 1:
             spread[f"{arm}_eval_mean_std"] = [statistics.fmean(held_out), statistics.stdev(held_out)]
     return {**results, **spread}
+
+
+def _dropped(rows: list[dict]) -> float | None:
+    """The dropped share of every group the rows' steps generated (a step's share weighed by its groups)."""
+    made = sum(r["dynamic_sampling/completions"] for r in rows)
+    return sum(r["dynamic_sampling/dropped_share"] * r["dynamic_sampling/completions"] for r in rows) / made if made else None
 
 
 def _mean(values) -> float | None:
