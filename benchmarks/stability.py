@@ -14,7 +14,8 @@ Real GRPO on the tiny model through ``run.py`` (``logger=none``, one thread per 
   customer-service one, or ``math`` (``+recipe=math``: the tiny math model on the shipped word
   problems, where many groups score all 0 or all 0.2), at ``--group-size`` completions a group.
 
-A job folder that already holds a summary is read, not run again (``--out`` keeps them).
+A job folder that already holds a summary is read, not run again (``--out`` keeps them); its name
+says arm and seed only, so give each task, group size and budget an ``--out`` of its own.
 
 Usage::
 
@@ -49,7 +50,8 @@ DS = [
     "grpo.num_generations_eval=8",
     "grpo.save_steps=0",
 ]
-# extra generation rounds a step may take: enough that no step runs out on the default task
+# extra generation rounds a step may take: no step runs out in 40 steps on either task, but late in
+# a 100-step customer-service run, with most prompts solved, some do (benchmarks/stability.md)
 ROUNDS = 10
 DYNAMIC = ["grpo.dynamic_sampling=true", f"grpo.max_sampling_rounds={ROUNDS}"]
 PROMPTS_PER_STEP = 2  # conf/grpo/default.yaml's grpo.prompts_per_step: a step is 2 groups
@@ -103,8 +105,8 @@ def ds_part(out: Path, seeds: list[int], jobs: int, steps: int, task: str = "cus
         plain_steps = round(made / batch)
         plain = train(out / f"plain_s{seed}", [*common, f"grpo.max_steps={plain_steps}", f"seed={seed}"])
         trained_rows = [r for r in dynamic["rows"] if "reward" in r]
-        # every alike group, solved or not, as dynamic sampling now drops them (TRL's frac_reward_zero_std)
         plain_rows = [r for r in plain["rows"] if "reward" in r]
+        # alike share: every alike group, solved or not, as dynamic sampling drops them (TRL's frac_reward_zero_std)
         return {
             "dynamic": {
                 "steps": steps,
@@ -148,7 +150,9 @@ def ds_part(out: Path, seeds: list[int], jobs: int, steps: int, task: str = "cus
 def _dropped(rows: list[dict]) -> float | None:
     """The dropped share of every group the rows' steps generated (a step's share weighed by its groups)."""
     made = sum(r["dynamic_sampling/completions"] for r in rows)
-    return sum(r["dynamic_sampling/dropped_share"] * r["dynamic_sampling/completions"] for r in rows) / made if made else None
+    if not made:
+        return None
+    return sum(r["dynamic_sampling/dropped_share"] * r["dynamic_sampling/completions"] for r in rows) / made
 
 
 def _mean(values) -> float | None:
