@@ -2,10 +2,11 @@
 
 Real GRPO on the tiny model through ``run.py`` (``logger=none``, one thread per job):
 
-- ``collapse``: ``+recipe=collapse`` (10x the tiny model's learning rate, 100 steps), ``collapse+rollback``:
-  the same with ``monitor.on_collapse=rollback``, and ``stable``: the same task at the tiny model's own
-  learning rate; peak (best 10-step mean) and last-tenth training reward per seed, the rollbacks taken,
-  and whether every step is in ``metrics.jsonl`` once.
+- ``collapse``: ``+recipe=collapse`` (10x the tiny model's learning rate, 120 steps), ``collapse+rollback``:
+  the same with ``monitor.on_collapse=rollback``, and ``stable``: the recipe at the tiny model's own
+  learning rate (5e-4); peak (best 10-step mean) and last-tenth training reward per seed, the rollbacks
+  taken, and whether every step is in ``metrics.jsonl`` once. Seeds 42 (the default) 1 2 3 unless
+  ``--seeds`` says otherwise; ``--set`` adds overrides to every collapse arm (a knob tried on the recipe).
 - ``dynamic`` (``grpo.dynamic_sampling=true`` at ``grpo.num_generations=4``, ``--group-size``; up to 10
   extra generation rounds a step) for ``--ds-steps`` steps, then
   ``plain`` at the same group size for as many steps as the completions ``dynamic`` generated buy;
@@ -19,9 +20,11 @@ says arm and seed only, so give each task, group size and budget an ``--out`` of
 
 Usage::
 
-    .venv/bin/python benchmarks/stability.py --out /tmp/stability            # both parts, seeds 1 2 3
+    .venv/bin/python benchmarks/stability.py --out /tmp/stability            # both parts (collapse: seeds 42 1 2 3)
     .venv/bin/python benchmarks/stability.py --out /tmp/stability --part collapse --jobs 2
     .venv/bin/python benchmarks/stability.py --out /tmp/ds-math --part dynamic --task math --ds-steps 40 --jobs 2
+    .venv/bin/python benchmarks/stability.py --out /tmp/try --part collapse --arms collapse \
+        --set optimizer.lr=4.5e-3                                          # a knob tried on the recipe
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ NO_EVAL = ["grpo.eval_strategy=no", "grpo.eval_on_start=false"]
 COLLAPSE_ARMS = {
     "collapse": ["+recipe=collapse", "grpo.save_steps=0", *NO_EVAL],
     "collapse+rollback": ["+recipe=collapse", "monitor.on_collapse=rollback", *NO_EVAL],
-    "stable": ["grpo.max_steps=100", "grpo.save_steps=0", *NO_EVAL],
+    "stable": ["+recipe=collapse", "optimizer.lr=5e-4", "grpo.save_steps=0", *NO_EVAL],
 }
 # the held-out reward after the last step only, from 8 completions per held-out prompt (customer
 # service: 26 x 8; math: 10 x 8)
@@ -85,11 +88,11 @@ def collapse_figures(result: dict) -> dict:
     }
 
 
-def collapse_part(out: Path, seeds: list[int], jobs: int) -> dict:
-    tasks = [(arm, seed) for arm in COLLAPSE_ARMS for seed in seeds]
+def collapse_part(out: Path, seeds: list[int], jobs: int, arms: list[str], extra: list[str]) -> dict:
+    tasks = [(arm, seed) for arm in arms for seed in seeds]
     with ThreadPoolExecutor(jobs) as pool:
         done = pool.map(
-            lambda t: train(out / f"{t[0]}_s{t[1]}", [*COLLAPSE_ARMS[t[0]], f"seed={t[1]}"]),
+            lambda t: train(out / f"{t[0]}_s{t[1]}", [*COLLAPSE_ARMS[t[0]], *extra, f"seed={t[1]}"]),
             tasks,
         )
         return {f"{arm}_s{seed}": collapse_figures(r) for (arm, seed), r in zip(tasks, done, strict=True)}
@@ -163,19 +166,33 @@ def _mean(values) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    # collapse: 42 (the config's default seed, the one `python run.py +recipe=collapse` trains with)
+    # and 1 2 3; dynamic: 1 2 3
+    parser.add_argument("--seeds", type=int, nargs="+", default=None)
     parser.add_argument("--jobs", type=int, default=3)
     parser.add_argument("--part", choices=["collapse", "dynamic", "both"], default="both")
     parser.add_argument("--ds-steps", type=int, default=40)
     parser.add_argument("--task", choices=sorted(TASKS), default="customer_service", help="dynamic part's task")
     parser.add_argument("--group-size", type=int, default=4, help="dynamic part's grpo.num_generations")
+    parser.add_argument(
+        "--arms", nargs="+", choices=list(COLLAPSE_ARMS), default=list(COLLAPSE_ARMS), help="collapse arms to run"
+    )
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Hydra overrides added to every collapse arm (e.g. optimizer.lr=4.5e-3), to try a recipe's knobs",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}
     if args.part in ("collapse", "both"):
-        results["collapse"] = collapse_part(args.out, args.seeds, args.jobs)
+        results["collapse"] = collapse_part(args.out, args.seeds or [42, 1, 2, 3], args.jobs, args.arms, args.set)
     if args.part in ("dynamic", "both"):
-        results["dynamic"] = ds_part(args.out, args.seeds, args.jobs, args.ds_steps, args.task, args.group_size)
+        results["dynamic"] = ds_part(
+            args.out, args.seeds or [1, 2, 3], args.jobs, args.ds_steps, args.task, args.group_size
+        )
     print(json.dumps(results, indent=1))
 
 
