@@ -124,6 +124,32 @@ def test_an_unscored_step_is_no_collapse_but_an_infinite_reward_or_a_nan_loss_is
         assert collapse is not None and collapse.cause == "non_finite", bad
 
 
+def test_a_save_while_the_reward_falls_keeps_the_checkpoint_its_collapse_goes_back_to(settings, tmp_path):
+    """The trainer's own save during a fall rotates out old checkpoints; the one kept (transformers'
+    ``best_model_checkpoint``) must be at or before where the collapse of that fall goes back to."""
+    from grpo_exp.training.collapse.rollback import CollapseWatch
+
+    s = settings(
+        "monitor.on_collapse=rollback",
+        "monitor.window=2",
+        "monitor.collapse_window=3",
+        "monitor.collapse_drop=0.5",
+        "monitor.healthy_every=1",
+    )
+    watch = CollapseWatch(SimpleNamespace(settings=s), history=[], since=0)
+    args, kept, collapse = SimpleNamespace(output_dir=str(tmp_path)), None, None
+    for step, row in enumerate(rows_for([0.1, 0.1, 0.5, 0.9, 0.9], [0.2] * 6), start=1):
+        state = SimpleNamespace(global_step=step, best_model_checkpoint=None)
+        control = SimpleNamespace(should_save=step == 8, should_training_stop=False)  # 8: the trainer's save_steps
+        watch.on_log(args, state, control, logs=row)
+        if control.should_save:
+            watch.on_save(args, state, control)
+        kept = state.best_model_checkpoint if step == 8 else kept
+        collapse = collapse or watch.collapse
+    assert collapse is not None and collapse.step == 9 and collapse.healthy_step == 5  # falling since step 7
+    assert kept == str(JobFolder(tmp_path).checkpoint(5))  # before the fix: checkpoint-6, after the fall began
+
+
 def test_warn_is_the_default_and_rollback_needs_checkpoints(settings):
     from grpo_exp.config import checks
     from grpo_exp.errors import UserError

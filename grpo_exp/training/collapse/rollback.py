@@ -99,9 +99,12 @@ class CollapseWatch(TrainerCallback):
             self.saved.append(state.global_step)
 
     def _protect(self, args: Any, state: Any) -> None:
-        """Keep the newest healthy checkpoint that a fall starting now could not have touched out of the
-        rotation the coming save makes (transformers never deletes ``best_model_checkpoint``)."""
-        kept = [s for s in self.saved if s <= self.detector.last_clean(state.global_step)] or self.saved[:1]
+        """Keep the newest healthy checkpoint that the fall under way, or one starting now, could not
+        have touched out of the rotation the coming save makes (transformers never deletes
+        ``best_model_checkpoint``): a collapse goes back to before the step its fall began."""
+        falling = self.detector.down_since
+        began = state.global_step if falling is None else falling
+        kept = [s for s in self.saved if s <= self.detector.last_clean(began)] or self.saved[:1]
         if kept:
             state.best_model_checkpoint = str(JobFolder(Path(args.output_dir)).checkpoint(kept[-1]))
 
