@@ -58,6 +58,8 @@ SKIPPED = {
     "make test": "the test suite itself",
     "make test-e2e": "the test suite itself",
     "make test-slow": "the test suite itself",
+    "printf '[run]": "writes the coverage settings the next command reads (docs/development.md)",
+    "GRPO_EXP_CACHE=/tmp/cold-cache .venv/bin/python -m pytest": "the test suite itself, under coverage (34 minutes)",
     "make lint": "ruff, which CI runs as its own step (`make` first installs the environment)",
     "make setup TORCH=torch": "installs CUDA torch and vLLM: needs a GPU machine and the network",
     "make test-low": "a second venv at the low end of the range (minutes; CI runs it: .ci/run)",

@@ -69,7 +69,7 @@ ALIKE = 1e-6  # a spread of totals within this share of the batch's largest (at 
 TRL_STD_EPSILON = 1e-4  # what TRL adds to a standard deviation it divides by (normalize_then_sum)
 
 
-class Group(NamedTuple):
+class SampledGroup(NamedTuple):
     """One prompt's completions from a round: its rows of the whole batch, its scores (completions by
     parts), whether they all scored alike."""
 
@@ -102,8 +102,8 @@ class DynamicSampling:
         metrics = self._metrics["train"]
         logged = {key: len(values) for key, values in metrics.items()}  # by earlier batches of this step
         index_in_step = self._next_batch()
-        kept: list[Group] = []
-        spare: list[Group] = []
+        kept: list[SampledGroup] = []
+        spare: list[SampledGroup] = []
         generated = rounds = 0
         batch = inputs
         while True:
@@ -111,7 +111,7 @@ class DynamicSampling:
             scores = self._scored
             for index, alike in enumerate(self._alike_groups(scores)):
                 rows = slice(index * group, (index + 1) * group)
-                member = Group(_rows(output, rows), scores[rows], alike)
+                member = SampledGroup(_rows(output, rows), scores[rows], alike)
                 kept_anyway = alike and self.keep_solved and self._solved(member.scores)
                 (spare if alike and not kept_anyway else kept).append(member)
                 generated += 1
