@@ -150,6 +150,24 @@ def test_a_save_while_the_reward_falls_keeps_the_checkpoint_its_collapse_goes_ba
     assert kept == str(JobFolder(tmp_path).checkpoint(5))  # before the fix: checkpoint-6, after the fall began
 
 
+def test_the_checkpoint_a_stage_starts_from_is_kept_until_a_healthy_one_can_stand_in(settings, tmp_path):
+    """A stage after a rollback starts from checkpoint 4 and saves no healthy one of its own; the
+    trainer's save at step 12, as the reward falls, must keep 4 out of the rotation: it is the only
+    checkpoint from before the fall."""
+    from grpo_exp.training.collapse.rollback import CollapseWatch
+
+    s = settings("monitor.on_collapse=rollback", "monitor.window=2", "monitor.healthy_every=100")
+    history = [{"step": step, **row} for step, row in enumerate(rows_for([0.1, 0.1, 0.9, 0.9], []), start=1)]
+    watch = CollapseWatch(SimpleNamespace(settings=s), history=history, since=4)
+    args, kept = SimpleNamespace(output_dir=str(tmp_path)), None
+    for step, row in enumerate(rows_for([], [0.9] * 6 + [0.2] * 3), start=5):
+        state = SimpleNamespace(global_step=step, best_model_checkpoint=None)
+        control = SimpleNamespace(should_save=step == 12, should_training_stop=False)
+        watch.on_log(args, state, control, logs=row)
+        kept = state.best_model_checkpoint if step == 12 else kept
+    assert kept == str(JobFolder(tmp_path).checkpoint(4))  # before: none kept, and the rotation took it
+
+
 def test_warn_is_the_default_and_rollback_needs_checkpoints(settings):
     from grpo_exp.config import checks
     from grpo_exp.errors import UserError

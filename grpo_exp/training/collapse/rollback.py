@@ -74,7 +74,10 @@ class CollapseWatch(TrainerCallback):
         self.detector = CollapseDetector(self.settings)
         self.detector.replay(history)
         self.last_save = since  # the step the stage starts from holds a checkpoint (or is step 0)
-        self.saved: list[int] = []  # healthy checkpoints asked for, oldest first
+        # checkpoints to go back to, oldest first: the stage's own (a rollback's target or the resumed
+        # one), then the healthy ones it asks for; the stage's own must outlive the rotation until a
+        # newer one can stand in for it, or a collapse early in the stage finds nothing to go back to
+        self.saved: list[int] = [since] if since else []
         self.collapse: Collapse | None = None
         self.rolls_back = self.settings.on_collapse is OnCollapse.rollback and spec.settings.grpo.save_steps > 0
 
