@@ -1,6 +1,12 @@
-"""Snippets per second through ``grpo_exp.sandbox``, per isolation mode and per-test time limit.
+"""Snippets per second through ``grpo_exp.sandbox``: fork server against fresh interpreters, and per-test limits.
 
-Two workloads, each snippet distinct (so the cache never helps) and graded against 3 asserts of a
+First HumanEval's 164 problems (``benchmarks/data/humaneval``, OpenAI's MIT-licensed release):
+each reference solution and each stub (the prompt's signature with ``pass``), graded with 2
+workers by a fork server and by a fresh interpreter per snippet, alternately, ``--repeats``
+times each, so both see the same machine load. Every reference must score full marks and no
+stub may, in both.
+
+Then two workloads, each snippet distinct (so the cache never helps) and graded against 3 asserts of a
 problem that has a reference solution:
 
 - ``trivial``: a correct one-line function;
@@ -17,12 +23,14 @@ Usage (prints Markdown tables)::
 
     .venv/bin/python benchmarks/sandbox_throughput.py                 # the best mode, 2 workers
     .venv/bin/python benchmarks/sandbox_throughput.py --modes bwrap unshare none --workers 2 4
+    .venv/bin/python benchmarks/sandbox_throughput.py --part humaneval --repeats 5   # the fork server alone
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
 import os
 import statistics
@@ -36,6 +44,8 @@ from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "grpo_exp" / "data" / "code_generation.jsonl"
+HUMANEVAL = ROOT / "benchmarks" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+STUB_BODY = "    pass\n"
 REFERENCE = "def add(a, b):\n    return a + b\n"
 TESTS = TestSpec.mbpp(
     ["assert add(1, 2) == 3", "assert add(2, 3) == 5", "assert add(-1, 1) == 0"], entry_point="add", reference=REFERENCE
@@ -75,6 +85,50 @@ def held_in(box: Sandbox) -> tuple[int, int, float]:
     return passed, len(items), max(r.wall_s for r in results if r is not None)
 
 
+def humaneval(kind: str, tag: str) -> list[tuple[str, TestSpec]]:
+    """HumanEval's problems with each reference solution (``kind="reference"``) or a stub as the candidate."""
+    with gzip.open(HUMANEVAL, "rt") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    items = []
+    for row in rows:
+        body = row["canonical_solution"] if kind == "reference" else STUB_BODY
+        spec = TestSpec.humaneval(row["test"], row["entry_point"], prompt=row["prompt"])
+        items.append((f"{row['prompt']}{body}\n# {tag}\n", spec))  # the tag: no result is cached
+    return items
+
+
+def fork_server_against_fresh(workers: int, repeats: int, limits: Limits) -> None:
+    """HumanEval's references and stubs, fork server and fresh interpreters alternating."""
+    mode = "bwrap"
+    boxes = {fork: Sandbox(limits, isolation=mode, workers=workers, cache_size=0, fork_server=fork)
+             for fork in (True, False)}  # fmt: skip
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    for fork, box in boxes.items():
+        box.grade_many(humaneval("reference", f"warm-up {fork}")[:WARMUP_SNIPPETS])
+    for n in range(repeats):
+        for fork in (True, False) if n % 2 == 0 else (False, True):
+            box = boxes[fork]
+            items = humaneval("reference", f"{fork}-{n}") + humaneval("stub", f"{fork}-{n}")
+            started = time.perf_counter()
+            results = box.grade_many(items)
+            rates[fork].append(len(items) / (time.perf_counter() - started))
+            full = [r is not None and r.fraction == 1.0 for r in results]
+            half = len(items) // 2
+            assert sum(full[:half]) == half, f"fork_server={fork}: {half - sum(full[:half])} references failed"
+            assert sum(full[half:]) == 0, f"fork_server={fork}: {sum(full[half:])} stubs passed"
+    fork, fresh = (statistics.median(rates[k]) for k in (True, False))
+    print(f"HumanEval: {len(items) // 2} reference solutions (all full marks) and as many stubs (none),")
+    print(f"{workers} workers, {mode}, median of {repeats} runs each, alternating\n")
+    print("| sandbox | programs/s (median) | runs |")
+    print("|---|---|---|")
+    for name, key in (("fork server", True), ("fresh interpreter per program", False)):
+        runs = ", ".join(f"{r:.0f}" for r in rates[key])
+        print(f"| {name} | {statistics.median(rates[key]):.1f} | {runs} |")
+    print(f"\nspeed-up: {fork / fresh:.1f}x\n", flush=True)
+    for box in boxes.values():
+        box.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", nargs="+", default=None, help="default: the strongest working mode")
@@ -86,12 +140,18 @@ def main() -> None:
     parser.add_argument("--multiple", type=float, default=10.0, help="reference_time_multiple")
     parser.add_argument("--floor-s", type=float, default=0.25, help="min_test_timeout_s")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--part", choices=["all", "humaneval", "limits"], default="all")
     args = parser.parse_args()
     modes = args.modes or (available_modes() or ["none"])[:1]
     configured = Limits(timeout_s=args.timeout_s, test_timeout_s=args.test_timeout_s)
     derived = dataclasses.replace(configured, reference_time_multiple=args.multiple, min_test_timeout_s=args.floor_s)
 
     print(f"CPUs: {os.cpu_count()}; load average before: {os.getloadavg()[0]:.2f}")
+    if args.part in ("all", "humaneval"):
+        fork_server_against_fresh(args.workers[0], args.repeats, configured)
+    if args.part == "humaneval":
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
+        return
     print(f"{args.snippets} snippets x 3 asserts, median of {args.repeats} runs (settings alternating);")
     print(f"mix: {args.spin_share:.0%} spin; timeout_s={args.timeout_s}, test_timeout_s={args.test_timeout_s},")
     print(f"from reference: {args.multiple:g} x the reference's slowest test, at least {args.floor_s} s\n")

@@ -39,10 +39,12 @@ LEFTOVER_GRACE_S = 2.0
 ROOT = os.geteuid() == 0
 NAMESPACE_MODE = (available_modes() or [None])[0]
 
-MODES = [
-    pytest.param(NAMESPACE_MODE or "bwrap", id="namespaces", marks=pytest.mark.skipif(
+MODES = [  # (isolation, fork_server): under bwrap programs are forked from a zygote by default
+    pytest.param((NAMESPACE_MODE or "bwrap", True), id="namespaces", marks=pytest.mark.skipif(
         NAMESPACE_MODE is None, reason="no namespace tool (bwrap/unshare) works here")),
-    pytest.param("none", id="none"),
+    pytest.param(("bwrap", False), id="bwrap-fresh", marks=pytest.mark.skipif(
+        NAMESPACE_MODE != "bwrap", reason="bwrap does not work here")),
+    pytest.param(("none", True), id="none"),
 ]  # fmt: skip
 
 
@@ -62,7 +64,8 @@ def escapes(mode: str) -> set[str]:
 
 @pytest.fixture(scope="module", params=MODES)
 def sandbox(request):
-    with Sandbox(LIMITS, isolation=request.param, workers=2, cache_size=0) as box:
+    isolation, fork_server = request.param
+    with Sandbox(LIMITS, isolation=isolation, workers=2, cache_size=0, fork_server=fork_server) as box:
         yield box
 
 

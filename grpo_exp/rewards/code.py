@@ -68,6 +68,7 @@ def code_tests(
     workers: int | None,
     isolation: str,
     partial_credit: bool = True,
+    fork_server: bool = True,
     reference_time_multiple: float | None = None,
     min_test_timeout_s: float | None = None,
     max_processes: int | None = None,
@@ -82,13 +83,16 @@ def code_tests(
     per test (or less: ``reference_time_multiple`` times the reference solution's slowest test,
     at least ``min_test_timeout_s``), ``memory_mb`` and ``max_processes`` per completion,
     ``workers`` parallel interpreters (None: one per CPU), ``isolation`` auto | bwrap | unshare |
-    none. ``partial_credit=False`` scores all-or-nothing, as HumanEval's own ``check`` does.
+    none; under bwrap ``fork_server`` forks each completion from a ready interpreter per worker
+    instead of starting a fresh one. ``partial_credit=False`` scores all-or-nothing, as
+    HumanEval's own ``check`` does.
     Identical (code, tests) pairs are cached.
     """
-    if not isinstance(partial_credit, bool):
-        raise UserError(f"code_tests: partial_credit must be true or false, got {partial_credit!r}")
+    for name, flag in (("partial_credit", partial_credit), ("fork_server", fork_server)):
+        if not isinstance(flag, bool):
+            raise UserError(f"code_tests: {name} must be true or false, got {flag!r}")
     limits = _limits(timeout_s, test_timeout_s, memory_mb, max_processes, reference_time_multiple, min_test_timeout_s)
-    sandbox = _sandbox(limits, workers, isolation)
+    sandbox = _sandbox(limits, workers, isolation, fork_server)
     specs = _specs(len(completions), columns)
     results = sandbox.grade_many([(extract_code(c), spec) for c, spec in zip(completions, specs, strict=True)])
     scores: list[float | None] = []
@@ -159,14 +163,14 @@ def _limits(
         raise UserError(f"code_tests: {exc}") from None
 
 
-def _sandbox(limits: Limits, workers: int | None, isolation: str) -> Sandbox:
+def _sandbox(limits: Limits, workers: int | None, isolation: str, fork_server: bool) -> Sandbox:
     """One sandbox per distinct settings, kept for the life of the process."""
     from grpo_exp.sandbox import Sandbox
 
-    key = (limits, workers, isolation)
+    key = (limits, workers, isolation, fork_server)
     with _sandboxes_lock:
         if key not in _sandboxes:
-            _sandboxes[key] = Sandbox(limits, isolation=isolation, workers=workers)
+            _sandboxes[key] = Sandbox(limits, isolation=isolation, workers=workers, fork_server=fork_server)
         return _sandboxes[key]
 
 

@@ -88,6 +88,23 @@ class SnippetCgroup:
         procs = [os.path.join(path, "cgroup.procs") for path in self.paths]
         return ["/bin/sh", "-c", JOIN_SCRIPT, "cgroup-join", str(len(procs)), *procs, *argv]
 
+    def add(self, pid: int) -> None:
+        """Move the running process ``pid`` into these cgroups (a forked program, see ``forkserver``)."""
+        for path in self.paths:
+            _write(os.path.join(path, "cgroup.procs"), str(pid), required=True)
+
+    def empty_but(self, keep: int) -> bool:
+        """Kill every process inside but ``keep`` (a fork server) until none is left; False if some survive."""
+        for _ in range(KILL_ROUNDS):
+            others = {pid for path in self.paths for pid in _members(path)} - {keep}
+            if not others:
+                return True
+            for pid in others:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(KILL_PAUSE_S)
+        return False
+
     def close(self) -> None:
         """Kill every process left inside, then remove the directories."""
         for path in reversed(self.paths):

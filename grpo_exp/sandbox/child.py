@@ -1,7 +1,9 @@
 """Trusted start-up code of a sandboxed interpreter; it runs before any untrusted code.
 
 The parent passes this file's source with ``python -I -S -c`` (the child cannot see this
-repository) and as arguments the request and response pipe fds, then ``RLIMIT_X=soft,hard`` items.
+repository), followed by a call to ``_main()`` (a fresh interpreter for one program, whose
+arguments are the request and response pipe fds, then ``RLIMIT_X=soft,hard`` items) or to the
+fork server of ``zygote.py`` (which forks a child per program and calls the same functions in it).
 The child sets the limits on itself, reads a job from the request pipe and then either
 
 - ``run``: executes the snippet as ``__main__`` (standalone use; its exit status is the result), or
@@ -166,12 +168,16 @@ def _serve(job, in_fd, out_fd):
         _write(out_fd, reply)
 
 
-def _main():
-    in_fd, out_fd = int(sys.argv[1]), int(sys.argv[2])
-    for item in sys.argv[3:]:
+def _apply_limits(items):
+    """Set ``RLIMIT_X=soft,hard`` items on this process, before any untrusted code runs."""
+    for item in items:
         name, _, values = item.partition("=")
         soft, hard = (int(v) for v in values.split(","))
         resource.setrlimit(getattr(resource, name), (soft, hard))
+
+
+def _run_job(in_fd, out_fd):
+    """Read the job from the parent and run it; returns only when there was no job."""
     job = _read(in_fd)
     if job is None:
         os._exit(0)
@@ -183,5 +189,7 @@ def _main():
     exec(compile(job["code"], "<snippet>", "exec"), {"__name__": "__main__", "__builtins__": builtins})
 
 
-if __name__ == "__main__":  # the parent runs this source with -c; importing it does nothing
-    _main()
+def _main():
+    """A fresh interpreter: argv holds the pipe fds and the limits; one program, then exit."""
+    _apply_limits(sys.argv[3:])
+    _run_job(int(sys.argv[1]), int(sys.argv[2]))

@@ -31,18 +31,24 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import importlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_exp.sandbox.names import TEST_MODULES, defined_names, free_names, prompt_helpers, std_object
 from grpo_exp.sandbox.remote import LoadFailed, RemoteRef, RemoteSession, SandboxFault, TestTimeout
-from grpo_exp.sandbox.spares import ChildSource
+
+if TYPE_CHECKING:
+    from grpo_exp.sandbox.forkserver import ForkServer
+    from grpo_exp.sandbox.spares import ChildSource
 
 PASSED, FAILED, ERROR, TIMEOUT = "passed", "failed", "error", "timeout"
 FALLBACK_CANDIDATE = "__candidate__"  # what check() is called with when run as one test
+SUITE_CACHE = 1024  # compiled suites kept: a GRPO group grades all its completions on one problem
+REGRADES = 1  # gradings again after the candidate's fork server died under it (see ``forkserver``)
 
 
 @dataclass(frozen=True)
@@ -145,8 +151,12 @@ class Suite:
         return sum(step.is_test for step in self.steps)
 
 
+@functools.lru_cache(maxsize=SUITE_CACHE)
 def compile_suite(spec: TestSpec) -> Suite:
-    """Parse and compile a spec; raises SyntaxError/ValueError for unreadable tests."""
+    """Parse and compile a spec (each distinct one once); raises SyntaxError/ValueError for unreadable tests.
+
+    The result is shared: read it, never change it.
+    """
     trees = [ast.parse(spec.helpers)] if spec.helpers else []
     steps = [_Step("helpers", compile(trees[0], "<problem helpers>", "exec"), False)] if spec.helpers else []
     if spec.check is not None:
@@ -211,7 +221,9 @@ def _is_test(stmt: ast.stmt) -> bool:
     return any(not isinstance(a.test, ast.Constant) for a in asserts)
 
 
-def grade(code: str, spec: TestSpec, source: ChildSource, test_timeout_s: float | None = None) -> GradeResult:
+def grade(
+    code: str, spec: TestSpec, source: ChildSource | ForkServer, test_timeout_s: float | None = None
+) -> GradeResult:
     """Run ``spec`` against the candidate ``code``; the verdict is decided here, in the parent.
 
     ``test_timeout_s`` overrides the per-test limit of ``source.limits`` (see ``pool``).
@@ -226,11 +238,14 @@ def grade(code: str, spec: TestSpec, source: ChildSource, test_timeout_s: float 
         compile(code, "<solution>", "exec", flags=ast.PyCF_ONLY_AST)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
         return GradeResult(0, total, (FAILED,) * total, "syntax_error", type(exc).__name__, source.launcher.mode)
-    session = RemoteSession(source, code, test_timeout_s)
-    try:
-        outcomes, detail, times = _run_steps(suite, session)
-    finally:
-        session.close()
+    for _attempt in range(1 + REGRADES):
+        session = RemoteSession(source, code, test_timeout_s)
+        try:
+            outcomes, detail, times = _run_steps(suite, session)
+        finally:
+            session.close()
+        if not session.server_lost:
+            break
     status = "load_error" if detail.startswith("load") else "ok"
     return GradeResult(
         passed=outcomes.count(PASSED),

@@ -124,6 +124,19 @@ class Launcher:
         read_search = uid is not None and not _interpreter_public()
         return [*self._drop(uid, read_search), *python]
 
+    def zygote_argv(self, python_args: list[str], limits: Limits) -> list[str]:
+        """bwrap around a fork server (``forkserver``): the namespaces a fresh interpreter gets.
+
+        Under a root trainer it keeps uid 0 inside, with no capability but CAP_SETUID and
+        CAP_SETGID, to drop each forked program to its own uid; no_new_privs holds for all.
+        """
+        if self.mode != "bwrap":
+            raise ValueError(f"a fork server runs under bwrap, not {self.mode}")
+        setpriv = _which("setpriv")
+        no_new_privs = [setpriv, "--no-new-privs", "--"] if setpriv else []
+        prefix = _bwrap_prefix(not identity.running_as_root(), limits.workdir_mb)
+        return [*prefix, *no_new_privs, interpreter(), *python_args]
+
     @staticmethod
     def _drop(uid: int | None, read_search: bool) -> list[str]:
         setpriv = _which("setpriv")

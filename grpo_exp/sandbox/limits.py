@@ -78,4 +78,5 @@ class Limits:
             ("RLIMIT_NPROC", processes, processes),
             ("RLIMIT_NOFILE", self.max_open_files, self.max_open_files),
             ("RLIMIT_CORE", 0, 0),
+            ("RLIMIT_MSGQUEUE", 0, 0),  # no POSIX message queue: a forked program's would outlive it
         ]

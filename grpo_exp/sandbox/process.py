@@ -38,6 +38,7 @@ from grpo_exp.sandbox.limits import MIB, Limits
 log = logging.getLogger("grpo_exp.sandbox")
 
 CHILD_SOURCE = (Path(__file__).with_name("child.py")).read_text()
+CHILD_PROGRAM = CHILD_SOURCE + "\n_main()\n"  # a fresh interpreter running one program
 READ_CHUNK = 65536
 FRAME_LENGTH_BYTES = 4  # as in child.py
 CLEANUP_TIMEOUT_S = 5.0  # a killed namespace should be gone well within this
@@ -69,68 +70,49 @@ def child_env(workdir: str) -> dict[str, str]:
     return {"PATH": CHILD_PATH, "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
 
 
-class ChildProcess:
-    """A started sandboxed interpreter with its request/response pipes and output capture."""
+class Channel:
+    """The trusted parent's end of one sandboxed program: its request, reply and output pipes.
 
-    def __init__(self, launcher: Launcher, limits: Limits) -> None:
+    ``child_fds`` are the ends the program needs (request read, reply write, stdout, stderr); a
+    subclass hands them to the process it starts and then calls ``_attach``, which closes them here.
+    """
+
+    zygote_lost = False  # a forked program's fork server died while it ran (see ``forkserver``)
+
+    def __init__(self, limits: Limits) -> None:
         self.limits = limits
-        self.launcher = launcher
-        self._lease = identity.lease_uid() if identity.running_as_root() else None
-        self._host_dir: str | None = None
-        self._cgroup: SnippetCgroup | None = None
-        self._closed = False
         self._buf = bytearray()
         self._scanned = 0  # bytes of _buf known to hold no newline
         self._eof = False
-        self.returncode: int | None = None
         req_r, self._req_w = os.pipe()
         self._resp_r, resp_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        child_ends = [req_r, resp_w, out_w, err_w]
-        try:
-            if launcher.host_workdir:
-                self._host_dir = tempfile.mkdtemp(prefix="grpo-sandbox-")
-                if self._lease is not None:
-                    os.chown(self._host_dir, self._lease.uid, self._lease.uid)
-            workdir = self._host_dir or launcher.workdir or "/"
-            if limits.cgroup and cgroups.hierarchies():
-                self._cgroup = SnippetCgroup(cgroups.hierarchies(), limits.memory_mb * MIB, limits.max_processes)
-            rlimits = limits.rlimits(whole_snippet_budget=self._cgroup is not None)
-            args = [str(req_r), str(resp_w), *(f"{name}={soft},{hard}" for name, soft, hard in rlimits)]
-            uid = self._lease.uid if self._lease else None
-            argv = launcher.argv(["-I", "-S", "-c", CHILD_SOURCE, *args], uid, limits)
-            if self._cgroup is not None:
-                argv = self._cgroup.wrap(argv)
-            self.popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=err_w,
-                pass_fds=(req_r, resp_w),
-                cwd=self._host_dir or "/",
-                env=child_env(workdir),
-                start_new_session=True,
-            )
-        except BaseException:
-            for fd in (*child_ends, self._req_w, self._resp_r, out_r, err_r):
-                os.close(fd)
-            self._release_dir()
-            if self._cgroup is not None:
-                self._cgroup.close()
-            if self._lease is not None:
-                self._lease.release()
-            raise
-        finally:
-            for fd in child_ends:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        os.set_blocking(self._req_w, False)
+        self.child_fds = (req_r, resp_w, out_w, err_w)
         self._out = _Output(out_r, limits.max_output_bytes)
         self._err = _Output(err_r, limits.max_output_bytes)
+
+    def _attach(self) -> None:
+        """The program has its ends: close them here and start listening on ours."""
+        self._close_child_fds()
+        os.set_blocking(self._req_w, False)
         self._poll = select.poll()
-        for fd in (self._resp_r, out_r, err_r):
+        for fd in (self._resp_r, self._out.fd, self._err.fd):
             self._poll.register(fd, select.POLLIN)
+
+    def _close_child_fds(self) -> None:
+        for fd in self.child_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.child_fds = ()
+
+    def _close_fds(self) -> None:
+        self._close_child_fds()
+        for fd in (self._req_w, self._resp_r, self._out.fd, self._err.fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._req_w = self._resp_r = self._out.fd = self._err.fd = -1
 
     # -- talking -------------------------------------------------------------------------------
 
@@ -145,7 +127,7 @@ class ChildProcess:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise ChildTimeout("child did not read its request in time") from None
-                _poll_one(self._req_w, select.POLLOUT, remaining)
+                poll_one(self._req_w, select.POLLOUT, remaining)
 
     def recv(self, deadline: float) -> dict | None:
         """The next message from the child, or None once it closed its end (exited, crashed)."""
@@ -171,20 +153,6 @@ class ChildProcess:
             if remaining <= 0:
                 raise ChildTimeout("child did not answer in time")
             self._pump(remaining)
-
-    def wait_exit(self, deadline: float) -> None:
-        """Wait for the child to exit while draining its output; raises ChildTimeout.
-
-        The child is not reaped here: ``close()`` still has to kill its process group, and the
-        group id stays reserved only until the reaping. ``returncode`` is set by ``close()``.
-        """
-        while not _has_exited(self.popen.pid):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ChildTimeout("snippet did not finish in time")
-            self._pump(min(remaining, EXIT_POLL_S))
-        while self._pump(0):  # what it wrote before exiting
-            pass
 
     def _pump(self, timeout_s: float) -> bool:
         """Read whatever arrives within ``timeout_s``; False when nothing did."""
@@ -213,10 +181,6 @@ class ChildProcess:
             os.close(out.fd)  # a flood now gets EPIPE instead of the parent's time
             out.fd = -1
 
-    def has_exited(self) -> bool:
-        """Whether the child has exited (it is not reaped: ``close()`` still runs)."""
-        return _has_exited(self.popen.pid)
-
     @property
     def stdout(self) -> bytes:
         return bytes(self._out.data)
@@ -228,6 +192,71 @@ class ChildProcess:
     @property
     def output_truncated(self) -> bool:
         return self._out.truncated or self._err.truncated
+
+
+class ChildProcess(Channel):
+    """A fresh sandboxed interpreter started for one program (see ``spares``)."""
+
+    def __init__(self, launcher: Launcher, limits: Limits) -> None:
+        super().__init__(limits)
+        self.launcher = launcher
+        self._lease = identity.lease_uid() if identity.running_as_root() else None
+        self._host_dir: str | None = None
+        self._cgroup: SnippetCgroup | None = None
+        self._closed = False
+        self.returncode: int | None = None
+        req_r, resp_w, out_w, err_w = self.child_fds
+        try:
+            if launcher.host_workdir:
+                self._host_dir = tempfile.mkdtemp(prefix="grpo-sandbox-")
+                if self._lease is not None:
+                    os.chown(self._host_dir, self._lease.uid, self._lease.uid)
+            workdir = self._host_dir or launcher.workdir or "/"
+            if limits.cgroup and cgroups.hierarchies():
+                self._cgroup = SnippetCgroup(cgroups.hierarchies(), limits.memory_mb * MIB, limits.max_processes)
+            rlimits = limits.rlimits(whole_snippet_budget=self._cgroup is not None)
+            args = [str(req_r), str(resp_w), *(f"{name}={soft},{hard}" for name, soft, hard in rlimits)]
+            uid = self._lease.uid if self._lease else None
+            argv = launcher.argv(["-I", "-S", "-c", CHILD_PROGRAM, *args], uid, limits)
+            if self._cgroup is not None:
+                argv = self._cgroup.wrap(argv)
+            self.popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                pass_fds=(req_r, resp_w),
+                cwd=self._host_dir or "/",
+                env=child_env(workdir),
+                start_new_session=True,
+            )
+        except BaseException:
+            self._close_fds()
+            self._release_dir()
+            if self._cgroup is not None:
+                self._cgroup.close()
+            if self._lease is not None:
+                self._lease.release()
+            raise
+        self._attach()
+
+    def wait_exit(self, deadline: float) -> None:
+        """Wait for the child to exit while draining its output; raises ChildTimeout.
+
+        The child is not reaped here: ``close()`` still has to kill its process group, and the
+        group id stays reserved only until the reaping. ``returncode`` is set by ``close()``.
+        """
+        while not _has_exited(self.popen.pid):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ChildTimeout("snippet did not finish in time")
+            self._pump(min(remaining, EXIT_POLL_S))
+        while self._pump(0):  # what it wrote before exiting
+            pass
+
+    def has_exited(self) -> bool:
+        """Whether the child has exited (it is not reaped: ``close()`` still runs)."""
+        return _has_exited(self.popen.pid)
 
     # -- ending --------------------------------------------------------------------------------
 
@@ -241,31 +270,14 @@ class ChildProcess:
             if self._cgroup is not None:
                 self._cgroup.close()  # also kills anything the other ways missed
         finally:
-            for fd in (self._req_w, self._resp_r, self._out.fd, self._err.fd):
-                if fd >= 0:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+            self._close_fds()
             self._release_dir()
             if self._lease is not None:
                 self._lease.release()
 
     def _kill_all(self) -> None:
-        pid = self.popen.pid
-        inits = _children(pid) if self.launcher.pid_namespace else []
-        for init in inits:  # PID-namespace init: its death takes the whole namespace down
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(init, signal.SIGKILL)
-        # bwrap/unshare exit once their init is reaped, and an init is only reaped once every
-        # process of its namespace is gone: waiting for that (without reaping) is the proof.
-        if inits and not _wait_exited(pid, CLEANUP_TIMEOUT_S):
-            log.error("PID namespace of sandbox child %d still alive after %.0f s", pid, CLEANUP_TIMEOUT_S)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)  # not reaped yet, so the group id cannot have been reused
-        try:
-            self.returncode = self.popen.wait(CLEANUP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            log.error("sandbox child %d did not die within %.0f s of SIGKILL", pid, CLEANUP_TIMEOUT_S)
-        if self._lease is not None and not inits and not identity.kill_uid(self._lease.uid):
+        self.returncode = end_process(self.popen, self.launcher.pid_namespace)
+        if self._lease is not None and not self.launcher.pid_namespace and not identity.kill_uid(self._lease.uid):
             log.error("processes of sandbox uid %d survive SIGKILL", self._lease.uid)
 
     def _release_dir(self) -> None:
@@ -277,6 +289,30 @@ class ChildProcess:
             self._host_dir = None
 
 
+def end_process(popen: subprocess.Popen, pid_namespace: bool) -> int | None:
+    """SIGKILL a started sandbox and everything in its PID namespace, and reap it: its exit status.
+
+    Under bwrap/unshare the isolation tool's child is the init of a PID namespace: its death
+    makes the kernel kill every process of the namespace, and the tool exits only once its init
+    is reaped, which happens only once all of them are gone: waiting for that (without reaping)
+    is the proof.
+    """
+    pid = popen.pid
+    inits = children_of(pid) if pid_namespace else []
+    for init in inits:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(init, signal.SIGKILL)
+    if inits and not _wait_exited(pid, CLEANUP_TIMEOUT_S):
+        log.error("PID namespace of sandbox process %d still alive after %.0f s", pid, CLEANUP_TIMEOUT_S)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)  # not reaped yet, so the group id cannot have been reused
+    try:
+        return popen.wait(CLEANUP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        log.error("sandbox process %d did not die within %.0f s of SIGKILL", pid, CLEANUP_TIMEOUT_S)
+        return None
+
+
 def _force_remove(func: Callable[[str], object], path: str, _exc: object) -> None:
     """rmtree helper: a snippet may leave folders without write permission."""
     with contextlib.suppress(OSError):
@@ -285,8 +321,8 @@ def _force_remove(func: Callable[[str], object], path: str, _exc: object) -> Non
         func(path)
 
 
-def _children(pid: int) -> list[int]:
-    """Child processes of ``pid`` (the PID-namespace init under bwrap/unshare)."""
+def children_of(pid: int) -> list[int]:
+    """Child processes of ``pid`` (the PID-namespace init under bwrap/unshare, a zygote's program)."""
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
             return [int(p) for p in fh.read().split()]
@@ -320,12 +356,12 @@ def _wait_exited(pid: int, timeout_s: float) -> bool:
             time.sleep(POLL_PAUSE_S)
         return _has_exited(pid)
     try:
-        return _poll_one(fd, select.POLLIN, timeout_s)
+        return poll_one(fd, select.POLLIN, timeout_s)
     finally:
         os.close(fd)
 
 
-def _poll_one(fd: int, event: int, timeout_s: float) -> bool:
+def poll_one(fd: int, event: int, timeout_s: float) -> bool:
     """Wait for ``event`` on ``fd`` (poll, not select: the trainer may hold fds above 1024)."""
     poller = select.poll()
     poller.register(fd, event)

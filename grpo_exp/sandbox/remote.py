@@ -23,11 +23,14 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_exp.sandbox.codec import CodecError, decode, encode, unhex
-from grpo_exp.sandbox.process import ChildProcess, ChildTimeout, ProtocolError
-from grpo_exp.sandbox.spares import ChildSource
+from grpo_exp.sandbox.process import Channel, ChildTimeout, ProtocolError
+
+if TYPE_CHECKING:
+    from grpo_exp.sandbox.forkserver import ForkServer
+    from grpo_exp.sandbox.spares import ChildSource
 
 _NOT_MAPPED = (StopIteration, StopAsyncIteration)  # would change control flow in the grader
 MAX_ERROR_NAME = 200
@@ -131,7 +134,7 @@ def _instantiate(kind: type[Exception], message: str) -> Exception:
 class RemoteSession:
     """One snippet's candidate program behind a (re)startable child."""
 
-    def __init__(self, source: ChildSource, code: str, test_timeout_s: float | None = None) -> None:
+    def __init__(self, source: ChildSource | ForkServer, code: str, test_timeout_s: float | None = None) -> None:
         self.source = source
         self.limits = limits = source.limits
         self.test_timeout_s = test_timeout_s or limits.test_timeout_s
@@ -139,12 +142,13 @@ class RemoteSession:
         self._job = {"mode": "serve", "code": code}
         self._deadline = time.monotonic() + limits.timeout_s
         self._test_deadline = self._deadline
-        self._child: ChildProcess | None = None
+        self._child: Channel | None = None
         self._generation = 0
         self._load_error: str | None = None
         self._next_id = 0
         self.starts = 0
         self.fault: SandboxFault | None = None
+        self.server_lost = False  # a fork server died under one of its programs: grade again
 
     # -- the grader's side -----------------------------------------------------------------------
 
@@ -200,7 +204,7 @@ class RemoteSession:
         except SandboxFault as exc:
             raise self.record(exc) from None
 
-    def _ensure_child(self) -> ChildProcess:
+    def _ensure_child(self) -> Channel:
         if self._load_error is not None:
             raise LoadFailed(self._load_error)
         if self._child is not None:
@@ -213,7 +217,7 @@ class RemoteSession:
         self._generation += 1
         started = time.monotonic()
         load_deadline = min(self._deadline, started + self.limits.test_timeout_s)  # loading: the full limit
-        child: ChildProcess | None = None
+        child: Channel | None = None
         reply: dict | None = None
         try:
             child = self.source.start(self._job, load_deadline)
@@ -226,6 +230,7 @@ class RemoteSession:
         if child is None or reply is None or reply.get("ready") is not True:
             if child is not None:
                 child.close()
+                self.server_lost |= child.zygote_lost
             self._load_error = reason
             raise LoadFailed(reason)
         # loading has its own budget: the test's clock restarts once the program is ready
@@ -233,7 +238,7 @@ class RemoteSession:
         self._child = child
         return child
 
-    def _request(self, child: ChildProcess, message: dict) -> Any:
+    def _request(self, child: Channel, message: dict) -> Any:
         self._next_id += 1
         message["i"] = self._next_id
         asked = time.monotonic()
@@ -269,6 +274,7 @@ class RemoteSession:
         if self._child is not None:
             child, self._child = self._child, None
             child.close()
+            self.server_lost |= child.zygote_lost
 
     def _target(self, target: tuple) -> list:
         if target[0] == "g":

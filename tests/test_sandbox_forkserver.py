@@ -1,0 +1,252 @@
+"""The fork server: HumanEval graded right, nothing carried from one program to the next, faults lose nothing.
+
+Every program here runs on one worker, so all of them are forked from the same zygote, one
+after the other: a program that leaves state behind would be seen by the next one. Each
+leaving program checks (in its own test) that it really left its state, so a test that passes
+proves the state was there and was gone for the next program. The attacks of test_sandbox.py
+run on the fork server too (it is the default under bwrap).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes, cgroups
+
+pytestmark = pytest.mark.skipif("bwrap" not in available_modes(), reason="the fork server runs under bwrap")
+
+HUMANEVAL = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+LIMITS = Limits(timeout_s=5, test_timeout_s=2, memory_mb=256)
+
+
+@pytest.fixture
+def box():
+    with Sandbox(LIMITS, isolation="bwrap", workers=1, cache_size=0) as sandbox:
+        assert sandbox.fork_server
+        yield sandbox
+
+
+def _zygote_pids(sandbox: Sandbox) -> list[int]:
+    return [zygote.pid for zygote in sandbox._source._idle]
+
+
+def _grade(sandbox: Sandbox, code: str, *asserts: str) -> float | None:
+    return sandbox.grade(textwrap.dedent(code), TestSpec.mbpp(list(asserts))).fraction
+
+
+def test_humaneval_references_score_full_marks_and_stubs_none():
+    with gzip.open(HUMANEVAL, "rt") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    items = []
+    for body in ("canonical_solution", None):
+        for row in rows:
+            spec = TestSpec.humaneval(row["test"], row["entry_point"], prompt=row["prompt"])
+            items.append((row["prompt"] + (row[body] if body else "    pass\n"), spec))
+    with Sandbox(Limits(timeout_s=10, test_timeout_s=3), isolation="bwrap", workers=2, cache_size=0) as sandbox:
+        assert sandbox.fork_server
+        results = sandbox.grade_many(items)
+    full = [r is not None and r.fraction == 1.0 for r in results]
+    assert len(rows) == 164
+    assert sum(full[:164]) == 164, [rows[n]["task_id"] for n in range(164) if not full[n]]
+    assert sum(full[164:]) == 0
+
+
+LEAVERS = {
+    "module_patched": (
+        """
+        import math, typing, json
+        math.sqrt = lambda x: 42
+        typing.List = None
+        json.dumps = lambda *a, **k: "patched"
+        def leave():
+            return math.sqrt(4) == 42 and typing.List is None
+        """,
+        """
+        import math, typing, json
+        def check():
+            return [math.sqrt(4), typing.List is None, json.dumps([1])]
+        """,
+        "assert check() == [2.0, False, '[1]']",
+    ),
+    "global_changed": (
+        """
+        import builtins, sys
+        builtins.LEFT_BEHIND = 1
+        builtins.abs = lambda x: -1
+        sys.modules["__main__"].__dict__["LEFT_BEHIND"] = 1
+        sys.setrecursionlimit(123)
+        def leave():
+            return LEFT_BEHIND == 1 and abs(-1) == -1 and sys.getrecursionlimit() == 123
+        """,
+        """
+        import builtins, sys
+        def check():
+            return [hasattr(builtins, "LEFT_BEHIND"), "LEFT_BEHIND" in sys.modules["__main__"].__dict__,
+                    abs(-1), sys.getrecursionlimit() == 1000]
+        """,
+        "assert check() == [False, False, 1, True]",
+    ),
+    "file_written": (
+        """
+        import os
+        def leave():
+            open("left.txt", "w").write("x")
+            os.makedirs("deep/er", exist_ok=True)
+            open("deep/er/left.txt", "w").write("x")
+            os.chmod("deep/er", 0)
+            os.chmod("deep", 0o500)
+            os.symlink("/usr", "link")
+            return sorted(os.listdir(".")) == ["deep", "left.txt", "link"]
+        """,
+        """
+        import os
+        def check():
+            return sorted(os.listdir(".")) + sorted(os.listdir(os.environ["TMPDIR"]))
+        """,
+        "assert check() == []",
+    ),
+    "ipc_object_made": (
+        """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        def leave():
+            shm = libc.shmget(4242, 4096, 0o1666)
+            queue = libc.msgget(4243, 0o1666)
+            sem = libc.semget(4244, 1, 0o1666)
+            return min(shm, queue, sem) >= 0
+        """,
+        """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        def check():
+            return [libc.shmget(4242, 0, 0), libc.msgget(4243, 0), libc.semget(4244, 0, 0)]
+        """,
+        "assert check() == [-1, -1, -1]",
+    ),
+    "process_left_running": (
+        """
+        import os, time
+        def leave():
+            if os.fork() == 0:
+                os.setsid()
+                time.sleep(0.3)
+                open(os.environ["TMPDIR"] + "/late.txt", "w").write("x")
+                os._exit(0)
+            return True
+        """,
+        """
+        import os, time
+        def check():
+            time.sleep(0.6)
+            return os.listdir(os.environ["TMPDIR"])
+        """,
+        "assert check() == []",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LEAVERS))
+def test_what_a_program_leaves_does_not_reach_the_next(box, case):
+    if case == "process_left_running" and not cgroups.hierarchies():
+        pytest.skip("without a cgroup a program may not fork")
+    leaver, reader, test = LEAVERS[case]
+    pids = _zygote_pids(box)
+    assert _grade(box, reader, test) == 1.0  # before: what the next program should see
+    assert _grade(box, leaver, "assert leave() is True") == 1.0  # it did leave its state
+    assert _grade(box, reader, test) == 1.0  # after: none of it
+    assert _zygote_pids(box) == pids  # all from the same zygote, none replaced
+
+
+def test_posix_message_queues_are_refused(box):
+    code = """
+        import ctypes
+        rt = ctypes.CDLL("librt.so.1", use_errno=True)
+        def make():
+            return rt.mq_open(b"/left", 0o100 | 0o2, 0o666, None)
+    """
+    assert _grade(box, code, "assert make() == -1") == 1.0
+
+
+def test_a_program_cannot_signal_its_fork_server(box):
+    code = """
+        import os, signal
+        def attack():
+            hit = 0
+            for name in os.listdir("/proc"):
+                if name.isdigit() and int(name) != os.getpid():
+                    try:
+                        os.kill(int(name), signal.SIGKILL)
+                        hit += 1
+                    except OSError:
+                        pass
+            return hit
+    """
+    pids = _zygote_pids(box)
+    assert _grade(box, code, "assert attack() == 0") == 1.0  # as another uid it may signal nothing
+    assert _grade(box, "def add(a, b):\n    return a + b\n", "assert add(1, 2) == 3") == 1.0
+    assert _zygote_pids(box) == pids
+
+
+def test_a_fork_server_killed_between_programs_is_replaced(box):
+    os.kill(_zygote_pids(box)[0], signal.SIGKILL)
+    time.sleep(0.2)
+    assert _grade(box, "def add(a, b):\n    return a + b\n", "assert add(1, 2) == 3") == 1.0
+    assert box._source.restarts == 1
+
+
+def test_a_program_whose_fork_server_dies_is_graded_again(box):
+    slow = """
+        import time
+        def add(a, b):
+            time.sleep(0.4)
+            return a + b
+    """
+    zygote = _zygote_pids(box)[0]
+    killer = threading.Timer(0.2, os.kill, (zygote, signal.SIGKILL))
+    killer.start()
+    result = box.grade(textwrap.dedent(slow), TestSpec.mbpp(["assert add(1, 2) == 3", "assert add(2, 2) == 4"]))
+    killer.join()
+    assert result.fraction == 1.0, result
+    assert box._source.restarts == 1
+    assert zygote not in _zygote_pids(box)
+
+
+def test_memory_is_budgeted_per_program(box):
+    hog = """
+        def grab():
+            held = bytearray(200 * 1024 * 1024)
+            return len(held)
+    """
+    if not cgroups.hierarchies():
+        pytest.skip("no cgroup: the budget is RLIMIT_AS per process")
+    for _ in range(3):  # each program gets the whole 256 MB again: nothing accumulates
+        assert _grade(box, hog, "assert grab() == 200 * 1024 * 1024") == 1.0
+    greedy = hog.replace("200 *", "300 *")
+    assert _grade(box, greedy, "assert grab() == 300 * 1024 * 1024") == 0.0
+
+
+def test_a_forked_program_gets_what_a_fresh_interpreter_gets(box, monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-secret")
+    code = """
+        import os, resource as r, sys
+        def seen():
+            limits = [r.getrlimit(getattr(r, n))[1] for n in
+                      ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_MSGQUEUE")]
+            status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+            return [sorted(os.environ), limits, os.getuid() == 0, int(status["CapEff"], 16), sys.stdin.read(),
+                    os.getsid(0) == os.getpid(), os.getcwd()]
+    """
+    mib = 1024 * 1024
+    processes = 16 if cgroups.hierarchies() else 1  # as in test_sandbox: no cgroup, no forks
+    expected = [["HOME", "LANG", "PATH", "PWD", "TMPDIR"], [256 * mib, processes, 64, mib, 0], False, 0, "", True,
+                "/sandbox"]  # fmt: skip
+    assert _grade(box, code, f"assert seen() == {expected!r}") == 1.0
