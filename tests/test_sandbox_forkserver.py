@@ -1,7 +1,7 @@
 """The fork server: HumanEval graded right, nothing carried from one program to the next, faults lose nothing.
 
-Every program here runs on one worker, so all of them are forked from the same zygote, one
-after the other: a program that leaves state behind would be seen by the next one. Each
+Every program here runs on one worker with one zygote, so all of them are forked from the same
+zygote, one after the other: a program that leaves state behind would be seen by the next one. Each
 leaving program checks (in its own test) that it really left its state, so a test that passes
 proves the state was there and was gone for the next program. The attacks of test_sandbox.py
 run on the fork server too (it is the default under bwrap).
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes, cgroups
+from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes, cgroups, pool
 
 pytestmark = pytest.mark.skipif("bwrap" not in available_modes(), reason="the fork server runs under bwrap")
 
@@ -29,7 +29,8 @@ LIMITS = Limits(timeout_s=5, test_timeout_s=2, memory_mb=256)
 
 
 @pytest.fixture
-def box():
+def box(monkeypatch):
+    monkeypatch.setattr(pool, "ZYGOTES_PER_WORKER", 1)
     with Sandbox(LIMITS, isolation="bwrap", workers=1, cache_size=0) as sandbox:
         assert sandbox.fork_server
         yield sandbox
@@ -221,17 +222,32 @@ def test_a_program_whose_fork_server_dies_is_graded_again(box):
 
 
 def test_memory_is_budgeted_per_program(box):
-    hog = """
-        def grab():
-            held = bytearray(200 * 1024 * 1024)
-            return len(held)
-    """
+    """Three children of 150 MB each outgrow the program's 256 MB, every time; one 200 MB process fits."""
     if not cgroups.hierarchies():
-        pytest.skip("no cgroup: the budget is RLIMIT_AS per process")
-    for _ in range(3):  # each program gets the whole 256 MB again: nothing accumulates
-        assert _grade(box, hog, "assert grab() == 200 * 1024 * 1024") == 1.0
-    greedy = hog.replace("200 *", "300 *")
-    assert _grade(box, greedy, "assert grab() == 300 * 1024 * 1024") == 0.0
+        pytest.skip("no cgroup: the budget is RLIMIT_AS per process, and forks are refused")
+    forks = """
+        import os, time
+        def f():
+            pids = []
+            for _ in range(3):
+                pid = os.fork()
+                if pid == 0:
+                    held = b"x" * (150 * 1024 * 1024)  # written, so resident
+                    time.sleep(0.5)
+                    os._exit(0)
+                pids.append(pid)
+            return sum(os.waitpid(pid, 0)[1] == 0 for pid in pids)
+    """
+    one = """
+        def f():
+            held = b"x" * (200 * 1024 * 1024)
+            return len(held) // (1024 * 1024)
+    """
+    pids = _zygote_pids(box)
+    for _ in range(2):  # the first program and the next, forked from the same zygote
+        assert _grade(box, forks, "assert f() == 3") == 0.0
+        assert _grade(box, one, "assert f() == 200") == 1.0  # nothing of the last program counts
+    assert _zygote_pids(box) == pids
 
 
 def test_a_forked_program_gets_what_a_fresh_interpreter_gets(box, monkeypatch):

@@ -93,10 +93,10 @@ class SnippetCgroup:
         for path in self.paths:
             _write(os.path.join(path, "cgroup.procs"), str(pid), required=True)
 
-    def empty_but(self, keep: int) -> bool:
+    def empty_but(self, keep: set[int]) -> bool:
         """Kill every process inside but ``keep`` (a fork server) until none is left; False if some survive."""
         for _ in range(KILL_ROUNDS):
-            others = {pid for path in self.paths for pid in _members(path)} - {keep}
+            others = {pid for path in self.paths for pid in _members(path)} - keep
             if not others:
                 return True
             for pid in others:

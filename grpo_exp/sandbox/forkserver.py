@@ -1,15 +1,19 @@
-"""Programs forked from a ready interpreter per worker (a zygote, see ``zygote``) under bwrap.
+"""Programs forked from ready interpreters (zygotes, see ``zygote``) under bwrap.
 
 A fresh isolated interpreter per program (``spares``) spends most of its ~25 ms of CPU on
 bwrap and Python's start-up; a fork of a zygote that has already started, under the same
-namespaces, costs a small fraction of that. Each program still gets its own process, session,
-uid (under a root trainer), cgroup (memory and processes of the program as a whole), rlimits
-(CPU, address space, files, processes, no POSIX message queues) and deadlines, and the
-parent kills it and everything it started as before. What a fresh interpreter got from fresh
-namespaces, a forked program gets from its zygote cleaning up before the next fork: the working
-folder is emptied and System V IPC objects are removed (``zygote``); a zygote that cannot clean,
-dies or stops answering is killed and replaced, and a program whose zygote died while it ran is
-graded again (``grading``), so nothing is lost and nothing is carried over.
+namespaces, costs a small part of that. Each program still gets its own process, session, uid
+(under a root trainer), cgroup budget (memory and processes of the program as a whole), rlimits
+(CPU, address space, files, processes, no POSIX message queues) and deadlines, and the parent
+kills it and everything it started as before. What a fresh interpreter got from fresh
+namespaces, a forked program gets from its zygote cleaning up before it forks again: the
+working folder is emptied and System V IPC objects are removed (``zygote``). A zygote that
+cannot clean up, dies or stops answering is killed and replaced, and a program whose zygote
+died while it ran is graded again (``grading``), so nothing is lost and nothing is carried over.
+
+Each zygote forks the next program's process as soon as it has cleaned up after the last one,
+and there are two per worker: a program starts on the zygote that has been idle longest, whose
+next process is waiting, while the other cleans up. Nothing of that is on a program's clock.
 
 Only ``serve`` jobs (grading) are forked; a standalone run (``runner``) needs its exit status,
 which a forked child reports to the zygote, not to us, so it gets a fresh interpreter.
@@ -28,21 +32,23 @@ import struct
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from grpo_exp.sandbox import cgroups, identity
 from grpo_exp.sandbox.cgroups import SnippetCgroup
+from grpo_exp.sandbox.identity import UidLease
 from grpo_exp.sandbox.isolation import Launcher
 from grpo_exp.sandbox.limits import MIB, Limits
 from grpo_exp.sandbox.process import (
     CHILD_SOURCE,
-    CLEANUP_TIMEOUT_S,
     Channel,
     ChildTimeout,
     child_env,
     children_of,
     end_process,
+    hung_up,
     poll_one,
 )
 from grpo_exp.sandbox.spares import ChildSource
@@ -59,6 +65,7 @@ ZYGOTE_START_TIMEOUT_S = 30.0  # bwrap, Python and the imports; a loaded machine
 ZYGOTE_HEADROOM_MB = 16  # the zygote's own allocations in its cgroup, on top of a program's memory_mb
 REPLY_BYTES = 16
 CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+FD = struct.Struct("i")
 
 
 class ZygoteLost(Exception):
@@ -78,6 +85,8 @@ class Zygote:
     def __init__(self, launcher: Launcher, limits: Limits) -> None:
         self.pid: int | None = None  # the zygote's, once it said it is ready
         self.cgroup: SnippetCgroup | None = None
+        self._spare: socket.socket | None = None  # to the process forked for the next program
+        self._cleaning: list[UidLease | None] = []  # a clean-up asked for and not yet answered
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.control.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -98,48 +107,105 @@ class Zygote:
             theirs.close()
 
     def wait_ready(self, limits: Limits) -> None:
-        """Wait until the zygote has set itself up, then give it its cgroup; raises ZygoteLost."""
-        try:
-            pid, word = _sender(self.control, time.monotonic() + ZYGOTE_START_TIMEOUT_S, REPLY_BYTES)
-        except (OSError, ChildTimeout) as exc:
-            raise ZygoteLost(f"fork server did not start: {exc}") from None
-        if word != b"ready":
-            raise ZygoteLost(f"fork server did not start: {word!r}")
-        self.pid = pid
+        """Wait until the zygote has set itself up, then give it its cgroup; raises ZygoteLost.
+
+        Its first spare is forked only then (asked for as a clean-up), so it is born inside.
+        """
+        self.pid = self._answer(b"ready", time.monotonic() + ZYGOTE_START_TIMEOUT_S)
         if limits.cgroup and cgroups.hierarchies():
             memory = (limits.memory_mb + ZYGOTE_HEADROOM_MB) * MIB
             self.cgroup = SnippetCgroup(cgroups.hierarchies(), memory, limits.max_processes + 1)
-            self.cgroup.add(pid)
+            self.cgroup.add(self.pid)
+        self.clean_later(None)
 
-    def ask(self, request: dict, fds: Sequence[int], deadline: float) -> bytes:
-        """Send one request (with ``fds``) and return the one-word reply; raises ZygoteLost or ChildTimeout."""
+    def start(self, settings: dict, fds: Sequence[int], deadline: float) -> int:
+        """Hand ``settings`` and the program's ``fds`` to the spare; its pid. Raises ZygoteLost or ChildTimeout.
+
+        A clean-up still under way is waited for first: it must succeed, and brings the spare.
+        """
+        if self._cleaning:
+            lease = self._cleaning.pop()
+            try:
+                self._answer(b"clean", deadline)
+            finally:
+                if lease is not None:
+                    lease.release()
+        spare, self._spare = self._spare, None
+        if spare is None:
+            raise ZygoteLost("fork server has no process ready")
         try:
-            socket.send_fds(self.control, [marshal.dumps(request)], list(fds))
-            if not poll_one(self.control.fileno(), select.POLLIN, deadline - time.monotonic()):
-                raise ChildTimeout("the fork server did not answer in time")
-            reply = self.control.recv(REPLY_BYTES)
+            with spare:
+                socket.send_fds(spare, [marshal.dumps(settings)], list(fds))
+        except OSError as exc:
+            raise ZygoteLost(f"the fork server's process is gone: {exc}") from None
+        return self._program()
+
+    def clean_later(self, lease: UidLease | None) -> None:
+        """Ask for the last program's clean-up without waiting: ``start`` checks it before the next program.
+
+        ``lease`` (the program's uid, which the clean-up runs as) is released once it is done.
+        """
+        try:
+            self.control.send(marshal.dumps({"uid": lease.uid if lease else None}))
         except OSError as exc:
             raise ZygoteLost(f"fork server gone: {exc}") from None
-        if not reply:
-            raise ZygoteLost("fork server exited")
-        return reply
+        self._cleaning.append(lease)
 
-    def child(self) -> int:
-        """The program the zygote has just forked: its only child until it is cleaned up."""
-        found = children_of(self.pid) if self.pid is not None else []
-        if len(found) != 1:
-            raise ZygoteLost(f"fork server has {len(found)} children, not 1")
-        return found[0]
+    def alive(self) -> bool:
+        """Whether the zygote (and so its namespace) is still there.
 
-    def empty_cgroup(self) -> bool:
-        """Kill whatever a program left in the cgroup; False if something survives."""
-        return self.cgroup is None or self.pid is None or self.cgroup.empty_but(self.pid)
+        It dies before the program it served (the namespace goes with it, or with bwrap), so once
+        the program has stopped answering this is exact.
+        """
+        return self.popen.poll() is None and not hung_up(self.control.fileno())
+
+    def empty_cgroup(self, program: int | None) -> bool:
+        """Kill whatever ``program`` (killed already) started; False if something survives.
+
+        The program itself may still be exiting: with SIGKILL pending it can fork no more, and
+        the zygote reaps it before it cleans up.
+        """
+        if self.cgroup is None or self.pid is None:
+            return True
+        return self.cgroup.empty_but({self.pid, program} if program else {self.pid})
 
     def close(self) -> None:
+        if self._spare is not None:
+            self._spare.close()
         self.control.close()
         end_process(self.popen, pid_namespace=True)
         if self.cgroup is not None:
             self.cgroup.close()
+        for lease in self._cleaning:  # its clean-up died with it
+            if lease is not None:
+                lease.release()
+        self._cleaning = []
+
+    def _answer(self, expected: bytes, deadline: float) -> int:
+        """Wait for the zygote's ``expected`` word and the spare's socket with it; the zygote's pid."""
+        try:
+            if not poll_one(self.control.fileno(), select.POLLIN, deadline - time.monotonic()):
+                raise ChildTimeout("the fork server did not answer in time")
+            space = socket.CMSG_SPACE(CREDENTIALS.size) + socket.CMSG_SPACE(FD.size)
+            word, ancillary, _flags, _address = self.control.recvmsg(REPLY_BYTES, space)
+        except OSError as exc:
+            raise ZygoteLost(f"fork server gone: {exc}") from None
+        pid = None
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                self._spare = socket.socket(fileno=FD.unpack(payload[: FD.size])[0])
+            elif level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                pid = CREDENTIALS.unpack(payload[: CREDENTIALS.size])[0]
+        if word != expected or pid is None or (self._spare is None) != (expected == b"ready"):
+            raise ZygoteLost(f"fork server answered {word!r}, not {expected!r}")
+        return pid
+
+    def _program(self) -> int:
+        """The program the spare became: the zygote's only child until it is cleaned up."""
+        found = children_of(self.pid) if self.pid is not None else []
+        if len(found) != 1:
+            raise ZygoteLost(f"fork server has {len(found)} children, not 1")
+        return found[0]
 
 
 class ForkedChild(Channel):
@@ -155,87 +221,63 @@ class ForkedChild(Channel):
     ) -> None:
         super().__init__(limits)
         self.zygote = zygote
-        self.zygote_lost = False  # the zygote died or could not clean up while this program ran
+        self.zygote_lost = False  # the zygote died under this program, or cannot go on: replace it
         self._on_close = on_close
         self._lease = identity.lease_uid() if identity.running_as_root() else None
         self._forked = False
         self._pid: int | None = None  # as this process sees it (the child lives in bwrap's PID namespace)
-        self._pidfd = -1
         self._closed = False
         try:
             self._start(job, deadline)
         except BaseException as exc:
-            # a zygote that failed to fork, or answered too late, is out of step with us
+            # a zygote that failed to hand over a process, or answered too late, is out of step with us
             self.zygote_lost = not self._forked and isinstance(exc, (ZygoteLost, ChildTimeout))
             self.close()
             raise
 
     def _start(self, job: dict, deadline: float) -> None:
         rlimits = self.limits.rlimits(whole_snippet_budget=self.zygote.cgroup is not None)
-        request = {
-            "op": "fork",
+        settings = {
             "uid": self._lease.uid if self._lease else None,
             "rlimits": [f"{name}={soft},{hard}" for name, soft, hard in rlimits],
         }
-        reply = self.zygote.ask(request, self.child_fds, deadline)
-        if reply != b"forked":
-            raise ZygoteLost(f"fork server answered {reply!r}")
+        self._pid = self.zygote.start(settings, self.child_fds, deadline)
         self._forked = True
         self._attach()
-        self._pid = self.zygote.child()
-        self._pidfd = os.pidfd_open(self._pid)  # tells when it has exited, though it is not our child
         self.send(job, deadline)  # it reads the job only once its uid and limits are in place
 
     def close(self) -> None:
-        """Kill the program and all it started, let the zygote clean up, hand the zygote back."""
+        """Kill the program and all it started, have the zygote clean up, hand the zygote back."""
         if self._closed:
             return
         self._closed = True
+        lease, self._lease = self._lease, None
         try:
             if self._pid is not None:  # a zombie until the zygote reaps it at "clean": no pid reuse
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self._pid, signal.SIGKILL)
             self._close_fds()  # a child we never heard from exits on its own when its pipes close
-            if self._pidfd >= 0 and not poll_one(self._pidfd, select.POLLIN, CLEANUP_TIMEOUT_S):
-                log.error("forked sandbox program %d still alive %.0f s after SIGKILL", self._pid, CLEANUP_TIMEOUT_S)
-            reply = b"processes left"
-            if self.zygote.empty_cgroup():
-                reply = self._clean() if self._forked else b"clean"
-            if reply != b"clean":
+            if self._forked and not self.zygote.alive():
+                self.zygote_lost = True  # it died under the program: see grading's REGRADES
+            elif not self.zygote.empty_cgroup(self._pid):
                 self.zygote_lost = True
-                log.warning("sandbox fork server replaced (%s)", reply.decode(errors="replace"))
+                log.warning("a sandbox program left processes that survive SIGKILL; fork server replaced")
+            elif self._forked:
+                self.zygote.clean_later(lease)  # the lease goes with it
+                lease = None
+        except ZygoteLost:
+            self.zygote_lost = True
         finally:
             self._close_fds()
-            if self._pidfd >= 0:
-                os.close(self._pidfd)
-                self._pidfd = -1
-            if self._lease is not None:
-                self._lease.release()
+            if lease is not None:
+                lease.release()
             self._on_close(self)
-
-    def _clean(self) -> bytes:
-        request = {"op": "clean", "uid": self._lease.uid if self._lease else None}
-        try:
-            return self.zygote.ask(request, [], time.monotonic() + CLEANUP_TIMEOUT_S)
-        except (ZygoteLost, ChildTimeout) as exc:
-            return str(exc).encode()
-
-
-def _sender(sock: socket.socket, deadline: float, size: int) -> tuple[int, bytes]:
-    """The next message on ``sock`` and its sender's pid in our PID namespace (the kernel attaches it)."""
-    if not poll_one(sock.fileno(), select.POLLIN, deadline - time.monotonic()):
-        raise ChildTimeout("no word from the sandbox process in time")
-    data, ancillary, _flags, _address = sock.recvmsg(size, socket.CMSG_SPACE(CREDENTIALS.size))
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and data:
-            return CREDENTIALS.unpack(payload[: CREDENTIALS.size])[0], data
-    raise OSError("the sandbox process exited before it started")
 
 
 class ForkServer:
     """Hands out programs forked from zygotes: each zygote serves one program at a time.
 
-    ``zygotes`` (one per worker) start with the sandbox, so no program waits for one; a zygote
+    ``zygotes`` (two per worker) start with the sandbox, so no program waits for one; a zygote
     that fails is replaced when its program closes. ``restarts`` counts the replacements.
     """
 
@@ -246,7 +288,7 @@ class ForkServer:
         self.limits = limits
         self.fresh = ChildSource(launcher, limits)  # standalone runs need an exit status
         self.restarts = 0
-        self._idle: list[Zygote] = []
+        self._idle: deque[Zygote] = deque()  # the longest idle first: its clean-up is done
         self._closed = False
         self._lock = threading.Lock()
         for zygote in [Zygote(launcher, limits) for _ in range(zygotes)]:  # they boot in parallel
@@ -271,7 +313,7 @@ class ForkServer:
         """Stop the idle zygotes; those serving a program stop when it is closed."""
         with self._lock:
             self._closed = True
-            idle, self._idle = self._idle, []
+            idle, self._idle = self._idle, deque()
         for zygote in idle:
             zygote.close()
         self.fresh.close()
@@ -279,7 +321,7 @@ class ForkServer:
     def _take(self) -> Zygote | None:
         with self._lock:
             if self._idle:
-                return self._idle.pop()
+                return self._idle.popleft()
         return self._ready(Zygote(self.launcher, self.limits), keep=False)
 
     def _ready(self, zygote: Zygote, keep: bool = True) -> Zygote | None:

@@ -32,6 +32,7 @@ from grpo_exp.sandbox.runner import RunResult, run_code
 from grpo_exp.sandbox.spares import ChildSource
 
 DEFAULT_CACHE_SIZE = 4096
+ZYGOTES_PER_WORKER = 2  # one serves a program while the other cleans up and forks its next process
 
 log = logging.getLogger("grpo_exp.sandbox")
 
@@ -66,7 +67,7 @@ class Sandbox:
         self._limits: LRUCache[float] = LRUCache(DEFAULT_CACHE_SIZE)  # per-test limit by problem
         self._source: ChildSource | ForkServer
         if fork_server and self.mode == "bwrap":
-            self._source = ForkServer(self.launcher, self.limits, zygotes=self.workers)
+            self._source = ForkServer(self.launcher, self.limits, zygotes=ZYGOTES_PER_WORKER * self.workers)
         else:
             self._source = ChildSource(self.launcher, self.limits, spares=self.workers if prestart else 0)
         weakref.finalize(self, self._source.close)

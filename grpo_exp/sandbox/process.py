@@ -366,3 +366,10 @@ def poll_one(fd: int, event: int, timeout_s: float) -> bool:
     poller = select.poll()
     poller.register(fd, event)
     return bool(poller.poll(max(0.0, timeout_s) * 1000))
+
+
+def hung_up(fd: int) -> bool:
+    """Whether the other end of ``fd`` (a pipe or socket) is closed, without waiting."""
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLHUP is reported whatever is asked for
+    return any(event & (select.POLLHUP | select.POLLERR) for _fd, event in poller.poll(0))

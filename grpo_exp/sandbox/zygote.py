@@ -1,32 +1,34 @@
-"""Trusted fork server inside the sandbox: one per worker, forking one child per program.
+"""Trusted fork server inside the sandbox: a ready interpreter that forks a process per program.
 
-Starting an isolated interpreter costs ~25 ms of CPU; forking a ready one costs well under
-2 ms. So a worker keeps one long-lived interpreter (the zygote) under the same bwrap namespaces
-a fresh interpreter gets. It runs only this trusted code: it imports the modules programs
-commonly use, then waits for the parent. The parent runs it as ``python -I -S -c`` with
-child.py's source, this source and a call to ``_serve_forks()``; its arguments are the control
-socket's fd and the modules to import.
+Starting an isolated interpreter costs ~25 ms of CPU; forking a ready one costs a small part of
+that. So the sandbox keeps long-lived interpreters (zygotes) under the same bwrap namespaces a
+fresh interpreter gets. A zygote runs only this trusted code: it imports the modules programs
+commonly use, compiles and runs a sample program once (``_warm_up``), then serves the parent.
+The parent runs it as ``python -I -S -c`` with child.py's source, this source and a call to
+``_serve_forks()``; its arguments are the control socket's fd and the modules to import.
 
-Per program the parent sends, on the control socket (SOCK_SEQPACKET, marshal frames: the
-parent is trusted), ``{"op": "fork", "uid": ..., "rlimits": [...]}`` with four fds (request
-read end, reply write end, stdout, stderr). The zygote answers "forked" (the parent finds the
-child as the zygote's only child in /proc). The forked child closes the control socket before
-anything else, starts its own session, takes the pipes as its stdio, drops to the program's uid
-(a root trainer leases one per program; without root it keeps the zygote's), applies the
-program's rlimits and only then reads its job: from there on it is child.py's ``_run_job``,
-exactly as in a fresh interpreter. It was born in the zygote's cgroup (see ``forkserver``).
-The program never passes through the zygote, so no child ever holds another program's code.
+The zygote forks the next program's process ahead of time (a spare) and hands the parent a
+socket to it; the parent sends the spare its program's settings directly (``{"uid": ...,
+"rlimits": [...]}``, marshal: the parent is trusted) with four fds (request read end, reply
+write end, stdout, stderr). The spare closes the zygote's sockets as soon as it is forked and
+starts its own session; given its settings it takes the pipes as its stdio, drops to the
+program's uid (a root trainer leases one per program; without root it keeps the zygote's),
+applies the program's rlimits and only then reads its job: from there on it is child.py's
+``_run_job``, exactly as in a fresh interpreter. The program never passes through the zygote,
+so no process ever holds another program's code.
 
-After the parent has killed the program (and emptied its cgroup) it sends ``{"op": "clean",
-"uid": ...}``: the zygote reaps the child and, if the program left files in the working folder
-or System V IPC objects (the only things a child can leave in the zygote's namespaces that
+After the parent has killed the program (and what it started) it sends ``{"uid": ...}`` on the
+control socket: the zygote reaps the program and, if it left files in the working folder or
+System V IPC objects (the only things a program can leave in the zygote's namespaces that
 outlive its processes; POSIX message queues are refused by ``RLIMIT_MSGQUEUE = 0``), removes
-them from a process running as that uid, so it can remove nothing else. Replies are one word;
-"dirty" (something could not be removed) makes the parent replace this zygote.
+them from a process running as that uid, so it can remove nothing else. Only then does it fork
+the next spare, and it answers "clean" with the spare's socket, or "dirty" (something could not
+be removed) and the parent replaces it.
 
-A child cannot reach back into the zygote: it runs as another uid under a root trainer, and
+A program cannot reach back into the zygote: it runs as another uid under a root trainer, and
 the zygote is not dumpable (no ptrace, no /proc/<pid>/mem) in either case. Without root it can
-still kill the zygote, which costs only a restart (see ``forkserver``).
+still kill the zygote, which takes its namespace, itself included, down: the parent grades it
+again, once, on another zygote (see ``forkserver``).
 """
 
 import contextlib
@@ -41,7 +43,7 @@ if TYPE_CHECKING:  # in the sandbox these come from child.py, whose source runs 
     from grpo_exp.sandbox.child import _apply_limits, _Codec, _run_job
 
 MAX_REQUEST_BYTES = 65536
-FDS_PER_FORK = 4  # as in forkserver.py
+FDS_PER_PROGRAM = 4  # as in forkserver.py
 PR_SET_DUMPABLE = 4
 OOM_FIRST = "1000"  # oom_score_adj of a program: the OOM killer takes it before the zygote
 IPC_RMID = 0
@@ -57,28 +59,61 @@ def _serve_forks():
     _warm_up()
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/<pid>/mem: see the docstring
     workdir = os.getcwd()
-    child = None
-    control.send(b"ready")  # the kernel attaches our pid: the parent moves us into the cgroup
+    spare = None  # forked once the parent has moved us into the cgroup: its first clean-up request
+    _answer(control, b"ready", None)  # the kernel attaches our pid for the parent
     while True:
-        data, fds, _flags, _address = socket.recv_fds(control, MAX_REQUEST_BYTES, FDS_PER_FORK)
+        try:
+            data = control.recv(MAX_REQUEST_BYTES)
+        except OSError:
+            data = b""
         if not data:
-            os._exit(0)  # the parent is gone
-        request = marshal.loads(data)
-        if request["op"] == "fork":
-            if child is not None:  # the parent always cleans first; a broken promise is fatal
-                os._exit(1)
-            child = os.fork()
-            if child == 0:
-                control.close()
-                _become_program(request, fds)
-            for fd in fds:
-                os.close(fd)
-            control.send(b"forked")
+            os._exit(0)  # the parent is gone (an unused spare follows: its socket closes)
+        request = marshal.loads(data)  # the only request: clean up after the spare's program
+        if spare is not None:
+            os.waitpid(spare[0], 0)  # the parent has killed it
+            spare = None
+        if _clean(workdir, request["uid"]):
+            spare = _fork_spare(control)
+            _answer(control, b"clean", spare)
         else:
-            if child is not None:
-                os.waitpid(child, 0)  # the parent has killed it
-                child = None
-            control.send(b"clean" if _clean(workdir, request["uid"]) else b"dirty")
+            _answer(control, b"dirty", None)
+
+
+def _answer(control, word, spare):
+    """Send ``word``, and the spare's socket if there is one (the parent then talks to it directly)."""
+    try:
+        socket.send_fds(control, [word], [spare[1].fileno()] if spare else [])
+    except OSError:
+        os._exit(0)  # the parent is gone
+    if spare:
+        spare[1].close()
+
+
+def _fork_spare(control):
+    """Fork the next program's process ahead of its request: (pid, socket its request comes on).
+
+    It is forked only after the last program was cleaned up and runs nothing but this trusted
+    code while it waits for the request, which the parent sends it directly.
+    """
+    line, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            control.close()
+            line.close()
+            os.setsid()
+            null = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            _close_other_fds({0, 1, 2, theirs.fileno()})
+            data, fds, _flags, _address = socket.recv_fds(theirs, MAX_REQUEST_BYTES, FDS_PER_PROGRAM)
+            if data:
+                theirs.close()
+                _become_program(marshal.loads(data), fds)
+        finally:
+            os._exit(0)
+    theirs.close()
+    return pid, line
 
 
 WARM_UP = """
@@ -112,14 +147,10 @@ def _become_program(request, fds):
     """In the forked child: take the program's pipes, uid and limits, then run its job."""
     try:
         req_r, resp_w, out_w, err_w = fds
-        os.setsid()
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        for fd in (null, out_w, err_w):
-            os.close(fd)
-        _close_other_fds({0, 1, 2, req_r, resp_w})
+        os.close(out_w)
+        os.close(err_w)
         _become(request["uid"])
         _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as after an exec: its own /proc files are its own
         with open("/proc/self/oom_score_adj", "w") as fh:  # in the shared cgroup, the program goes first
