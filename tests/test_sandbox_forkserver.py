@@ -178,6 +178,13 @@ def test_posix_message_queues_are_refused(box):
 
 
 def test_a_program_cannot_signal_its_fork_server(box):
+    """Under a root trainer a program runs as a uid of its own and can signal nothing it sees.
+
+    Without root it shares the zygote's uid and can kill it (documented in
+    grpo_exp.sandbox.zygote): the attack scores 0 (it saw what it hit, or died with the
+    namespace and was graded again), the zygote is replaced, and the next program is graded as
+    ever.
+    """
     code = """
         import os, signal
         def attack():
@@ -192,9 +199,13 @@ def test_a_program_cannot_signal_its_fork_server(box):
             return hit
     """
     pids = _zygote_pids(box)
-    assert _grade(box, code, "assert attack() == 0") == 1.0  # as another uid it may signal nothing
+    root = os.geteuid() == 0
+    assert _grade(box, code, "assert attack() == 0") == (1.0 if root else 0.0)
     assert _grade(box, "def add(a, b):\n    return a + b\n", "assert add(1, 2) == 3") == 1.0
-    assert _zygote_pids(box) == pids
+    if root:
+        assert _zygote_pids(box) == pids
+    else:
+        assert box._source.restarts >= 1
 
 
 def test_a_fork_server_killed_between_programs_is_replaced(box):

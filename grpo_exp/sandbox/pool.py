@@ -21,7 +21,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 
 from grpo_exp.sandbox.cache import CacheStats, LRUCache, cache_key
 from grpo_exp.sandbox.forkserver import ForkServer
@@ -63,6 +63,7 @@ class Sandbox:
         self.workers = workers or os.cpu_count() or 1
         if self.workers < 1:
             raise ValueError(f"sandbox workers must be >= 1, got {workers}")
+        self._settings = asdict(self.limits)  # part of every result's cache key
         self._cache: LRUCache[GradeResult] = LRUCache(cache_size)
         self._limits: LRUCache[float] = LRUCache(DEFAULT_CACHE_SIZE)  # per-test limit by problem
         self._source: ChildSource | ForkServer
@@ -99,7 +100,8 @@ class Sandbox:
         if todo:
             jobs = {key: items[slots[0]] for key, slots in todo.items()}
             limits = self._test_limits([spec for _code, spec in jobs.values()])
-            futures = {key: self._executor().submit(grade, code, spec, self._source, limits.get(_spec_key(spec)))
+            futures = {key: self._executor().submit(grade, code, spec, self._source,
+                                                    limits.get(_spec_key(spec)) if limits else None)
                        for key, (code, spec) in jobs.items()}  # fmt: skip
             for key, future in futures.items():
                 result = future.result()
@@ -170,8 +172,13 @@ class Sandbox:
             return self._pool
 
     def _key(self, code: str, spec: TestSpec) -> str:
-        return cache_key(code, asdict(spec), asdict(self.limits), self.mode)
+        return cache_key(code, _values(spec), self._settings, self.mode)
 
 
 def _spec_key(spec: TestSpec) -> str:
-    return cache_key(asdict(spec))
+    return cache_key(_values(spec))
+
+
+def _values(spec: TestSpec) -> list:
+    """The spec's fields in order (plain strings and tuples: no deep copy, as ``asdict`` makes)."""
+    return [getattr(spec, field.name) for field in fields(spec)]

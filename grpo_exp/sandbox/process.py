@@ -138,7 +138,7 @@ class Channel:
                 del self._buf[: end + 1]
                 self._scanned = 0
                 try:
-                    message = json.loads(line)
+                    message = json.loads(line.decode("ascii"))  # the child writes ASCII only
                 except (ValueError, RecursionError) as exc:
                     raise ProtocolError(f"unreadable message from child: {exc}") from None
                 if type(message) is not dict:
