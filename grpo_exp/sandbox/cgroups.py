@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from functools import cache
 
+from grpo_exp.sandbox.reaper import kill_until_gone
+
 log = logging.getLogger("grpo_exp.sandbox")
 
 ROOT = "/sys/fs/cgroup"
@@ -95,15 +97,9 @@ class SnippetCgroup:
 
     def empty_but(self, keep: set[int]) -> bool:
         """Kill every process inside but ``keep`` (a fork server) until none is left; False if some survive."""
-        for _ in range(KILL_ROUNDS):
-            others = {pid for path in self.paths for pid in _members(path)} - keep
-            if not others:
-                return True
-            for pid in others:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(KILL_PAUSE_S)
-        return False
+        return kill_until_gone(
+            lambda: {pid for path in self.paths for pid in _members(path)} - keep, KILL_ROUNDS, KILL_PAUSE_S
+        )
 
     def close(self) -> None:
         """Kill every process left inside, then remove the directories."""

@@ -116,7 +116,7 @@ class GradeResult:
     detail: str = ""
     isolation: str = ""
     wall_s: float = 0.0
-    interpreters: int = 0  # fresh interpreters started (restarts after a killed test included)
+    interpreters: int = 0  # processes started for it, forked or fresh (restarts after a killed test included)
     cached: bool = False
     test_s: tuple[float, ...] = ()  # per test: time spent waiting on the candidate's answers
 

@@ -14,12 +14,12 @@ import contextlib
 import fcntl
 import itertools
 import os
-import signal
 import stat
 import tempfile
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from grpo_exp.sandbox.reaper import kill_until_gone
 
 SANDBOX_UID_BASE = 2_000_000_000  # far above regular, system and container-remapped ids
 SANDBOX_UID_SLOTS = 4096
@@ -95,17 +95,8 @@ def kill_uid(uid: int) -> bool:
     """SIGKILL every process running as ``uid`` until none is left; False if some survive.
 
     Catches what ``killpg`` misses without PID namespaces: a grandchild that called setsid().
-    Processes killed in one round cannot fork again, so repeated rounds converge.
     """
-    for _ in range(SWEEP_ROUNDS):
-        pids = _pids_of(uid)
-        if not pids:
-            return True
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(SWEEP_PAUSE_S)
-    return not _pids_of(uid)
+    return kill_until_gone(lambda: _pids_of(uid), SWEEP_ROUNDS, SWEEP_PAUSE_S)
 
 
 def traversable_by_others(paths: Iterable[str]) -> bool:
