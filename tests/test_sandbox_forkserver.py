@@ -9,6 +9,7 @@ run on the fork server too (it is the default under bwrap).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes, cgroups, pool
+from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes, cgroups, forkserver, pool
 
 pytestmark = pytest.mark.skipif("bwrap" not in available_modes(), reason="the fork server runs under bwrap")
 
@@ -277,3 +278,27 @@ def test_a_forked_program_gets_what_a_fresh_interpreter_gets(box, monkeypatch):
     expected = [["HOME", "LANG", "PATH", "PWD", "TMPDIR"], [256 * mib, processes, 64, mib, 0], False, 0, "", True,
                 "/sandbox"]  # fmt: skip
     assert _grade(box, code, f"assert seen() == {expected!r}") == 1.0
+
+
+def test_a_stuck_fork_server_holds_up_no_program(monkeypatch):
+    """A zygote that stops answering is passed over, then replaced; no program waits on it."""
+    monkeypatch.setattr(forkserver, "CLEANUP_TIMEOUT_S", 0.5)
+    with Sandbox(LIMITS, isolation="bwrap", workers=1, cache_size=0) as sandbox:
+        stuck = _zygote_pids(sandbox)[0]
+        os.kill(stuck, signal.SIGSTOP)  # its process for the next program still runs; its clean-up never will
+        try:
+            for n in range(4):
+                started = time.monotonic()
+                code = f"def add(a, b):\n    return a + b + {n} - {n}\n"
+                assert _grade(sandbox, code, "assert add(1, 2) == 3") == 1.0
+                assert time.monotonic() - started < LIMITS.test_timeout_s / 2
+            time.sleep(1.0)
+            assert _grade(sandbox, "def add(a, b):\n    return a + b\n", "assert add(1, 2) == 3") == 1.0
+            deadline = time.monotonic() + 10
+            while sandbox._source.restarts < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert sandbox._source.restarts == 1
+            assert stuck not in _zygote_pids(sandbox)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # replaced: killed with its namespace
+                os.kill(stuck, signal.SIGCONT)

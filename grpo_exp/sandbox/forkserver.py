@@ -43,12 +43,14 @@ from grpo_exp.sandbox.isolation import Launcher
 from grpo_exp.sandbox.limits import MIB, Limits
 from grpo_exp.sandbox.process import (
     CHILD_SOURCE,
+    CLEANUP_TIMEOUT_S,
     Channel,
     ChildTimeout,
     child_env,
     children_of,
     end_process,
     hung_up,
+    poll_any,
     poll_one,
 )
 from grpo_exp.sandbox.spares import ChildSource
@@ -87,6 +89,7 @@ class Zygote:
         self.cgroup: SnippetCgroup | None = None
         self._spare: socket.socket | None = None  # to the process forked for the next program
         self._cleaning: list[UidLease | None] = []  # a clean-up asked for and not yet answered
+        self._cleaning_since = 0.0
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.control.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -150,6 +153,15 @@ class Zygote:
         except OSError as exc:
             raise ZygoteLost(f"fork server gone: {exc}") from None
         self._cleaning.append(lease)
+        self._cleaning_since = time.monotonic()
+
+    def settled(self) -> bool:
+        """Whether its last clean-up is answered (or none is due): ``start`` will not wait."""
+        return not self._cleaning or poll_one(self.control.fileno(), select.POLLIN, 0)
+
+    def overdue(self) -> bool:
+        """Whether a clean-up has gone unanswered for ``CLEANUP_TIMEOUT_S``: the zygote is stuck."""
+        return not self.settled() and time.monotonic() - self._cleaning_since > CLEANUP_TIMEOUT_S
 
     def alive(self) -> bool:
         """Whether the zygote (and so its namespace) is still there.
@@ -319,10 +331,27 @@ class ForkServer:
         self.fresh.close()
 
     def _take(self) -> Zygote | None:
-        with self._lock:
-            if self._idle:
-                return self._idle.popleft()
-        return self._ready(Zygote(self.launcher, self.limits), keep=False)
+        """An idle zygote whose last clean-up is done (the longest idle first), waiting for one if need be.
+
+        One that is stuck in its clean-up is never waited for long: after ``CLEANUP_TIMEOUT_S`` it
+        is replaced (in the background, off every program's clock).
+        """
+        while True:
+            with self._lock:
+                idle = list(self._idle)
+                found = next((zygote for zygote in idle if zygote.settled()), None)
+                stuck = [zygote for zygote in idle if zygote is not found and zygote.overdue()]
+                for zygote in [found, *stuck]:
+                    if zygote is not None:
+                        self._idle.remove(zygote)
+            for zygote in stuck:
+                self._replace(zygote)
+            if found is not None:
+                return found
+            waiting = [zygote for zygote in idle if zygote not in stuck]
+            if not waiting:
+                return self._ready(Zygote(self.launcher, self.limits), keep=False)
+            poll_any([zygote.control.fileno() for zygote in waiting], CLEANUP_TIMEOUT_S)
 
     def _ready(self, zygote: Zygote, keep: bool = True) -> Zygote | None:
         """Wait for a new zygote; kept idle (or returned), or None when it failed."""
@@ -351,7 +380,15 @@ class ForkServer:
             self._keep(zygote)
             return
         child.zygote_lost = True
+        self._replace(zygote, wait=True)
+
+    def _replace(self, zygote: Zygote, wait: bool = False) -> None:
+        """Close a failed zygote and start another in its place (``wait``: before returning)."""
         self.restarts += 1
         zygote.close()
-        if not self._closed:
+        if self._closed:
+            return
+        if wait:
             self._ready(Zygote(self.launcher, self.limits))
+        else:
+            threading.Thread(target=self._ready, args=(Zygote(self.launcher, self.limits),), daemon=True).start()

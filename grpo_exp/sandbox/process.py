@@ -368,6 +368,14 @@ def poll_one(fd: int, event: int, timeout_s: float) -> bool:
     return bool(poller.poll(max(0.0, timeout_s) * 1000))
 
 
+def poll_any(fds: list[int], timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` until one of ``fds`` is readable (or hung up)."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, timeout_s) * 1000))
+
+
 def hung_up(fd: int) -> bool:
     """Whether the other end of ``fd`` (a pipe or socket) is closed, without waiting."""
     poller = select.poll()
