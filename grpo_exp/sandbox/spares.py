@@ -1,11 +1,12 @@
-"""Where a snippet's interpreter comes from: started on demand, or one started a little earlier.
+"""Fresh interpreters for snippets: started on demand, or one started a little earlier.
 
-Starting an isolated interpreter takes ~30 ms of latency (bwrap or unshare, then Python's own
-start-up), and only ~5 ms of that is the parent's time. So a worker that takes an interpreter
-immediately starts the next one, which boots in the background while the worker grades. This is
-not a fork server: every snippet still gets a fresh interpreter of its own, started with the
-same isolation and limits, that has run nothing but the trusted start-up code; it merely waits,
-idle, for its job. Spare interpreters are killed when the sandbox closes, and exit by themselves
+This is where snippets come from without the fork server (``forkserver``): under unshare or
+none, with ``fork_server=False``, and for standalone runs. Starting an isolated interpreter takes
+~30 ms of latency (bwrap or unshare, then Python's own start-up), and only ~5 ms of that is the
+parent's time. So a worker that takes an interpreter immediately starts the next one, which
+boots in the background while the worker grades. Every snippet gets a fresh interpreter of its
+own, started with the same isolation and limits, that has run nothing but the trusted start-up
+code; it merely waits, idle, for its job. Spare interpreters are killed when the sandbox closes, and exit by themselves
 if the trainer dies (their request pipe closes; bwrap/unshare also kill them with the trainer).
 """
 
