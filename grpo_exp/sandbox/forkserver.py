@@ -88,8 +88,8 @@ class Zygote:
         self.pid: int | None = None  # the zygote's, once it said it is ready
         self.cgroup: SnippetCgroup | None = None
         self._spare: socket.socket | None = None  # to the process forked for the next program
-        self._cleaning: list[UidLease | None] = []  # a clean-up asked for and not yet answered
-        self._cleaning_since = 0.0
+        self._cleaning_since: float | None = None  # when the clean-up now unanswered was asked for
+        self._cleaning_as: UidLease | None = None  # the uid it runs as, released once it is answered
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.control.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -126,13 +126,12 @@ class Zygote:
 
         A clean-up still under way is waited for first: it must succeed, and brings the spare.
         """
-        if self._cleaning:
-            lease = self._cleaning.pop()
+        if self._cleaning_since is not None:
             try:
                 self._answer(b"clean", deadline)
             finally:
-                if lease is not None:
-                    lease.release()
+                self._cleaning_since = None
+                self._release_cleaning_uid()
         spare, self._spare = self._spare, None
         if spare is None:
             raise ZygoteLost("fork server has no process ready")
@@ -152,16 +151,17 @@ class Zygote:
             self.control.send(marshal.dumps({"uid": lease.uid if lease else None}))
         except OSError as exc:
             raise ZygoteLost(f"fork server gone: {exc}") from None
-        self._cleaning.append(lease)
         self._cleaning_since = time.monotonic()
+        self._cleaning_as = lease
 
     def settled(self) -> bool:
         """Whether its last clean-up is answered (or none is due): ``start`` will not wait."""
-        return not self._cleaning or poll_one(self.control.fileno(), select.POLLIN, 0)
+        return self._cleaning_since is None or poll_one(self.control.fileno(), select.POLLIN, 0)
 
     def overdue(self) -> bool:
         """Whether a clean-up has gone unanswered for ``CLEANUP_TIMEOUT_S``: the zygote is stuck."""
-        return not self.settled() and time.monotonic() - self._cleaning_since > CLEANUP_TIMEOUT_S
+        since = self._cleaning_since
+        return since is not None and not self.settled() and time.monotonic() - since > CLEANUP_TIMEOUT_S
 
     def alive(self) -> bool:
         """Whether the zygote (and so its namespace) is still there.
@@ -188,10 +188,12 @@ class Zygote:
         end_process(self.popen, pid_namespace=True)
         if self.cgroup is not None:
             self.cgroup.close()
-        for lease in self._cleaning:  # its clean-up died with it
-            if lease is not None:
-                lease.release()
-        self._cleaning = []
+        self._release_cleaning_uid()  # its clean-up, if any, died with it
+
+    def _release_cleaning_uid(self) -> None:
+        lease, self._cleaning_as = self._cleaning_as, None
+        if lease is not None:
+            lease.release()
 
     def _answer(self, expected: bytes, deadline: float) -> int:
         """Wait for the zygote's ``expected`` word and the spare's socket with it; the zygote's pid."""

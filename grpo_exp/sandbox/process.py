@@ -363,16 +363,14 @@ def _wait_exited(pid: int, timeout_s: float) -> bool:
 
 def poll_one(fd: int, event: int, timeout_s: float) -> bool:
     """Wait for ``event`` on ``fd`` (poll, not select: the trainer may hold fds above 1024)."""
-    poller = select.poll()
-    poller.register(fd, event)
-    return bool(poller.poll(max(0.0, timeout_s) * 1000))
+    return poll_any([fd], timeout_s, event)
 
 
-def poll_any(fds: list[int], timeout_s: float) -> bool:
-    """Wait up to ``timeout_s`` until one of ``fds`` is readable (or hung up)."""
+def poll_any(fds: list[int], timeout_s: float, event: int = select.POLLIN) -> bool:
+    """Wait up to ``timeout_s`` until ``event`` (or a hang-up) happens on one of ``fds``."""
     poller = select.poll()
     for fd in fds:
-        poller.register(fd, select.POLLIN)
+        poller.register(fd, event)
     return bool(poller.poll(max(0.0, timeout_s) * 1000))
 
 
