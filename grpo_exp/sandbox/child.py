@@ -6,8 +6,10 @@ arguments are the request and response pipe fds, then ``RLIMIT_X=soft,hard`` ite
 fork server of ``zygote.py`` (which forks a child per program and calls the same functions in it).
 The child sets the limits on itself, reads a job from the request pipe and then either
 
-- ``run``: executes the snippet as ``__main__`` (standalone use; its exit status is the result), or
-- ``serve``: executes the candidate's program once, then answers calls from the parent.
+- ``run``: compiles and executes the snippet as ``__main__`` (standalone use; its exit status is
+  the result), or
+- ``serve``: executes the candidate's program once (bytecode the parent compiled with this same
+  interpreter, see ``grading.compile_candidate``), then answers calls from the parent.
 
 Parent to child: length-prefixed ``marshal`` frames (the parent is trusted, and marshal is
 built in: importing ``json`` would cost this interpreter ~12 ms of its ~13 ms start-up).
@@ -141,7 +143,7 @@ def _exception_classes(exc):
 def _serve(job, in_fd, out_fd):
     names = {"__name__": "solution", "__builtins__": builtins}
     try:
-        exec(compile(job["code"], "<solution>", "exec"), names)
+        exec(job["code"], names)  # bytecode: the parent compiled it
     except BaseException as exc:
         _write(out_fd, '{"load_error":' + _q(_hex(type(exc).__name__)) + "}")
         os._exit(0)
@@ -168,11 +170,9 @@ def _serve(job, in_fd, out_fd):
         _write(out_fd, reply)
 
 
-def _apply_limits(items):
-    """Set ``RLIMIT_X=soft,hard`` items on this process, before any untrusted code runs."""
-    for item in items:
-        name, _, values = item.partition("=")
-        soft, hard = (int(v) for v in values.split(","))
+def _apply_limits(limits):
+    """Set each ``(name, soft, hard)`` rlimit on this process, before any untrusted code runs."""
+    for name, soft, hard in limits:
         resource.setrlimit(getattr(resource, name), (soft, hard))
 
 
@@ -191,5 +191,10 @@ def _run_job(in_fd, out_fd):
 
 def _main():
     """A fresh interpreter: argv holds the pipe fds and the limits; one program, then exit."""
-    _apply_limits(sys.argv[3:])
+    limits = []
+    for item in sys.argv[3:]:  # RLIMIT_X=soft,hard
+        name, _, values = item.partition("=")
+        soft, hard = values.split(",")
+        limits.append((name, int(soft), int(hard)))
+    _apply_limits(limits)
     _run_job(int(sys.argv[1]), int(sys.argv[2]))

@@ -60,8 +60,9 @@ log = logging.getLogger("grpo_exp.sandbox")
 ZYGOTE_SOURCE = Path(__file__).with_name("zygote.py").read_text()
 ZYGOTE_PROGRAM = CHILD_SOURCE + "\n" + ZYGOTE_SOURCE + "\n_serve_forks()\n"
 # Imported once by each zygote, so programs that use them (HumanEval's all import typing) skip it.
-PRELOADED_MODULES = ("collections", "functools", "hashlib", "heapq", "itertools", "math", "random", "re", "string",
-                     "typing")  # fmt: skip
+# Not random (it reseeds in every forked child) nor hashlib (it maps libcrypto, which every fork copies):
+# each would cost all programs more than it saves the few that import it.
+PRELOADED_MODULES = ("collections", "functools", "heapq", "itertools", "math", "re", "string", "typing")
 FORK_TRIES = 3  # zygotes tried for one program before the failure counts against it
 ZYGOTE_START_TIMEOUT_S = 30.0  # bwrap, Python and the imports; a loaded machine can take seconds
 ZYGOTE_HEADROOM_MB = 16  # the zygote's own allocations in its cgroup, on top of a program's memory_mb
@@ -233,7 +234,7 @@ class ForkedChild(Channel):
         deadline: float,
         on_close: Callable[[ForkedChild], None],
     ) -> None:
-        super().__init__(limits)
+        super().__init__(limits, capture_output=False)  # grading never reads a program's output
         self.zygote = zygote
         self.zygote_lost = False  # the zygote died under this program, or cannot go on: replace it
         self._on_close = on_close
@@ -253,7 +254,7 @@ class ForkedChild(Channel):
         rlimits = self.limits.rlimits(whole_snippet_budget=self.zygote.cgroup is not None)
         settings = {
             "uid": self._lease.uid if self._lease else None,
-            "rlimits": [f"{name}={soft},{hard}" for name, soft, hard in rlimits],
+            "rlimits": rlimits,
         }
         self._pid = self.zygote.start(settings, self.child_fds, deadline)
         self._forked = True

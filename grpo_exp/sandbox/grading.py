@@ -33,9 +33,12 @@ import ast
 import builtins
 import functools
 import importlib
+import re
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from grpo_exp.sandbox.names import TEST_MODULES, defined_names, free_names, prompt_helpers, std_object
@@ -49,6 +52,9 @@ PASSED, FAILED, ERROR, TIMEOUT = "passed", "failed", "error", "timeout"
 FALLBACK_CANDIDATE = "__candidate__"  # what check() is called with when run as one test
 SUITE_CACHE = 1024  # compiled suites kept: a GRPO group grades all its completions on one problem
 REGRADES = 1  # gradings again after the candidate's fork server died under it (see ``forkserver``)
+CANDIDATE_FILE = "<solution>"  # the candidate's program in tracebacks and warnings
+CANDIDATE_FILE_PATTERN = re.escape(CANDIDATE_FILE) + r"\Z"  # a warning's module, for a compiled string: its file
+_CANDIDATE_WARNINGS = ("ignore", None, Warning, re.compile(CANDIDATE_FILE_PATTERN), 0)  # as warnings.filters holds it
 
 
 @dataclass(frozen=True)
@@ -235,11 +241,11 @@ def grade(
         return GradeResult(0, 0, status="bad_tests", detail=f"{type(exc).__name__}: {exc}"[:200])
     total = suite.total
     try:
-        compile(code, "<solution>", "exec", flags=ast.PyCF_ONLY_AST)
+        program = compile_candidate(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
         return GradeResult(0, total, (FAILED,) * total, "syntax_error", type(exc).__name__, source.launcher.mode)
     for _attempt in range(1 + REGRADES):
-        session = RemoteSession(source, code, test_timeout_s)
+        session = RemoteSession(source, program, test_timeout_s)
         try:
             outcomes, detail, times = _run_steps(suite, session)
         finally:
@@ -258,6 +264,19 @@ def grade(
         interpreters=session.starts,
         test_s=tuple(times),
     )
+
+
+def compile_candidate(code: str) -> CodeType:
+    """The candidate's program as its child runs it: compiled here, which is also the syntax check.
+
+    A forked child that compiles writes to many pages it shares with its zygote, each copied
+    first; given bytecode it only runs it. ``dont_inherit``: none of this module's ``__future__``
+    flags. What the compiler warns about (``SyntaxWarning``) is the candidate's business, not the
+    trainer's log's: those warnings are ignored, wherever the filters come from.
+    """
+    if _CANDIDATE_WARNINGS not in warnings.filters:  # restored away by a catch_warnings() block, say
+        warnings.filterwarnings("ignore", module=CANDIDATE_FILE_PATTERN)
+    return compile(code, CANDIDATE_FILE, "exec", dont_inherit=True, optimize=0)
 
 
 def _namespace(suite: Suite, session: RemoteSession) -> dict[str, Any]:

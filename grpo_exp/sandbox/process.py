@@ -71,33 +71,35 @@ def child_env(workdir: str) -> dict[str, str]:
 
 
 class Channel:
-    """The trusted parent's end of one sandboxed program: its request, reply and output pipes.
+    """The trusted parent's end of one sandboxed program: its request and reply pipes, and its output's.
 
-    ``child_fds`` are the ends the program needs (request read, reply write, stdout, stderr); a
-    subclass hands them to the process it starts and then calls ``_attach``, which closes them here.
+    ``child_fds`` are the ends the program needs (request read, reply write, then stdout and
+    stderr where ``capture_output``); a subclass hands them to the process it starts and then
+    calls ``_attach``, which closes them here.
     """
 
     zygote_lost = False  # a forked program's fork server died while it ran (see ``forkserver``)
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, capture_output: bool = True) -> None:
         self.limits = limits
         self._buf = bytearray()
         self._scanned = 0  # bytes of _buf known to hold no newline
         self._eof = False
         req_r, self._req_w = os.pipe()
         self._resp_r, resp_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        self.child_fds = (req_r, resp_w, out_w, err_w)
-        self._out = _Output(out_r, limits.max_output_bytes)
-        self._err = _Output(err_r, limits.max_output_bytes)
+        self.child_fds: tuple[int, ...] = (req_r, resp_w)
+        self._outputs: list[_Output] = []  # stdout, stderr
+        for _ in range(2 if capture_output else 0):
+            read, write = os.pipe()
+            self._outputs.append(_Output(read, limits.max_output_bytes))
+            self.child_fds += (write,)
 
     def _attach(self) -> None:
         """The program has its ends: close them here and start listening on ours."""
         self._close_child_fds()
         os.set_blocking(self._req_w, False)
         self._poll = select.poll()
-        for fd in (self._resp_r, self._out.fd, self._err.fd):
+        for fd in (self._resp_r, *(out.fd for out in self._outputs)):
             self._poll.register(fd, select.POLLIN)
 
     def _close_child_fds(self) -> None:
@@ -108,11 +110,13 @@ class Channel:
 
     def _close_fds(self) -> None:
         self._close_child_fds()
-        for fd in (self._req_w, self._resp_r, self._out.fd, self._err.fd):
+        for fd in (self._req_w, self._resp_r, *(out.fd for out in self._outputs)):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._req_w = self._resp_r = self._out.fd = self._err.fd = -1
+        self._req_w = self._resp_r = -1
+        for out in self._outputs:
+            out.fd = -1
 
     # -- talking -------------------------------------------------------------------------------
 
@@ -168,7 +172,7 @@ class Channel:
                     os.close(fd)
                     self._resp_r = -1
             else:
-                self._read_output(self._out if fd == self._out.fd else self._err)
+                self._read_output(next(out for out in self._outputs if out.fd == fd))
         return bool(events)
 
     def _read_output(self, out: _Output) -> None:
@@ -183,15 +187,15 @@ class Channel:
 
     @property
     def stdout(self) -> bytes:
-        return bytes(self._out.data)
+        return bytes(self._outputs[0].data) if self._outputs else b""
 
     @property
     def stderr(self) -> bytes:
-        return bytes(self._err.data)
+        return bytes(self._outputs[1].data) if self._outputs else b""
 
     @property
     def output_truncated(self) -> bool:
-        return self._out.truncated or self._err.truncated
+        return any(out.truncated for out in self._outputs)
 
 
 class ChildProcess(Channel):

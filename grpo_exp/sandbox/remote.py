@@ -23,6 +23,7 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Iterator
+from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from grpo_exp.sandbox.codec import CodecError, decode, encode, unhex
@@ -134,12 +135,15 @@ def _instantiate(kind: type[Exception], message: str) -> Exception:
 class RemoteSession:
     """One snippet's candidate program behind a (re)startable child."""
 
-    def __init__(self, source: ChildSource | ForkServer, code: str, test_timeout_s: float | None = None) -> None:
+    def __init__(
+        self, source: ChildSource | ForkServer, program: CodeType, test_timeout_s: float | None = None
+    ) -> None:
+        """``program``: the candidate's, compiled here (see ``grading.compile_candidate``)."""
         self.source = source
         self.limits = limits = source.limits
         self.test_timeout_s = test_timeout_s or limits.test_timeout_s
         self.busy_s = 0.0  # this test's time waiting on the candidate's answers (loading excluded)
-        self._job = {"mode": "serve", "code": code}
+        self._job = {"mode": "serve", "code": program}
         self._deadline = time.monotonic() + limits.timeout_s
         self._test_deadline = self._deadline
         self._child: Channel | None = None

@@ -9,13 +9,17 @@ The parent runs it as ``python -I -S -c`` with child.py's source, this source an
 
 The zygote forks the next program's process ahead of time (a spare) and hands the parent a
 socket to it; the parent sends the spare its program's settings directly (``{"uid": ...,
-"rlimits": [...]}``, marshal: the parent is trusted) with four fds (request read end, reply
-write end, stdout, stderr). The spare closes the zygote's sockets as soon as it is forked and
-starts its own session; given its settings it takes the pipes as its stdio, drops to the
-program's uid (a root trainer leases one per program; without root it keeps the zygote's),
-applies the program's rlimits and only then reads its job: from there on it is child.py's
-``_run_job``, exactly as in a fresh interpreter. The program never passes through the zygote,
-so no process ever holds another program's code.
+"rlimits": [...]}``, marshal: the parent is trusted) with two fds (request read end, reply
+write end). The spare closes every other fd as soon as it is forked, takes /dev/null as its
+stdio (a graded program's output is never read) and starts its own session; given its settings
+it drops to the program's uid (a root trainer leases one per program; without root it keeps the
+zygote's), applies the program's rlimits and only then reads its job: from there on it is
+child.py's ``_run_job``, exactly as in a fresh interpreter. The program never passes through
+the zygote, so no process ever holds another program's code.
+
+Every page a forked process writes is copied from the zygote's first, at a few microseconds
+each, and that, not Python, is most of what a program costs. So the code between a fork and the
+program's job does as little as it can: plain fds and syscalls, no file objects, no parsing.
 
 After the parent has killed the program (and what it started) it sends ``{"uid": ...}`` on the
 control socket: the zygote reaps the program and, if it left files in the working folder or
@@ -43,9 +47,10 @@ if TYPE_CHECKING:  # in the sandbox these come from child.py, whose source runs 
     from grpo_exp.sandbox.child import _apply_limits, _Codec, _run_job
 
 MAX_REQUEST_BYTES = 65536
-FDS_PER_PROGRAM = 4  # as in forkserver.py
+FDS_PER_PROGRAM = 2  # the request pipe's read end and the reply pipe's write end
+ALL_FDS = 2**31 - 1  # closerange's end: every fd above the one kept
 PR_SET_DUMPABLE = 4
-OOM_FIRST = "1000"  # oom_score_adj of a program: the OOM killer takes it before the zygote
+OOM_FIRST = b"1000"  # oom_score_adj of a program: the OOM killer takes it before the zygote
 IPC_RMID = 0
 SYSV_IPC = ("shm", "msg", "sem")
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -53,6 +58,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 def _serve_forks():
     control = socket.socket(fileno=int(sys.argv[1]))
+    null = os.open("/dev/null", os.O_RDWR)  # every spare's stdio
     for name in sys.argv[2].split(","):
         if name:
             __import__(name)
@@ -73,7 +79,7 @@ def _serve_forks():
             os.waitpid(spare[0], 0)  # the parent has killed it
             spare = None
         if _clean(workdir, request["uid"]):
-            spare = _fork_spare(control)
+            spare = _fork_spare(null)
             _answer(control, b"clean", spare)
         else:
             _answer(control, b"dirty", None)
@@ -89,7 +95,7 @@ def _answer(control, word, spare):
         spare[1].close()
 
 
-def _fork_spare(control):
+def _fork_spare(null):
     """Fork the next program's process ahead of its request: (pid, socket its request comes on).
 
     It is forked only after the last program was cleaned up and runs nothing but this trusted
@@ -99,13 +105,12 @@ def _fork_spare(control):
     pid = os.fork()
     if pid == 0:
         try:
-            control.close()
-            line.close()
+            kept = theirs.fileno()
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.closerange(3, kept)  # the zygote's sockets and /dev/null among them
+            os.closerange(kept + 1, ALL_FDS)
             os.setsid()
-            null = os.open("/dev/null", os.O_RDONLY)
-            os.dup2(null, 0)
-            os.close(null)
-            _close_other_fds({0, 1, 2, theirs.fileno()})
             data, fds, _flags, _address = socket.recv_fds(theirs, MAX_REQUEST_BYTES, FDS_PER_PROGRAM)
             if data:
                 theirs.close()
@@ -146,15 +151,12 @@ def _warm_up():
 def _become_program(request, fds):
     """In the forked child: take the program's pipes, uid and limits, then run its job."""
     try:
-        req_r, resp_w, out_w, err_w = fds
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.close(out_w)
-        os.close(err_w)
+        req_r, resp_w = fds
         _become(request["uid"])
         _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as after an exec: its own /proc files are its own
-        with open("/proc/self/oom_score_adj", "w") as fh:  # in the shared cgroup, the program goes first
-            fh.write(OOM_FIRST)
+        oom = os.open("/proc/self/oom_score_adj", os.O_WRONLY)  # in the shared cgroup, the program goes first
+        os.write(oom, OOM_FIRST)
+        os.close(oom)
         _apply_limits(request["rlimits"])
         _run_job(req_r, resp_w)
     finally:
@@ -167,14 +169,6 @@ def _become(uid):
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-
-
-def _close_other_fds(keep):
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd not in keep:
-            with contextlib.suppress(OSError):  # the listing's own fd, already closed
-                os.close(fd)
 
 
 def _clean(workdir, uid):
@@ -217,9 +211,20 @@ def _ipc_ids():
     found = []
     for kind in SYSV_IPC:
         try:
-            with open("/proc/sysvipc/" + kind) as fh:
-                lines = fh.read().splitlines()[1:]
+            table = _read_file("/proc/sysvipc/" + kind)
         except OSError:
             continue
-        found += [(kind, int(line.split()[1])) for line in lines if line.strip()]
+        found += [(kind, int(line.split()[1])) for line in table.splitlines()[1:] if line.strip()]
     return found
+
+
+def _read_file(path):
+    """The whole file as bytes, without a file object (see the docstring)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = [os.read(fd, MAX_REQUEST_BYTES)]
+        while chunks[-1]:
+            chunks.append(os.read(fd, MAX_REQUEST_BYTES))
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
