@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from functools import cache
 
-from grpo_exp.sandbox.reaper import kill_until_gone
+from grpo_exp.sandbox.reaper import kill_until_gone, pids_in
 
 log = logging.getLogger("grpo_exp.sandbox")
 
@@ -120,8 +120,7 @@ def _write(path: str, value: str, required: bool) -> None:
 
 def _members(path: str) -> list[int]:
     try:
-        with open(os.path.join(path, "cgroup.procs")) as fh:
-            return [int(pid) for pid in fh.read().split()]
+        return pids_in(os.path.join(path, "cgroup.procs"))
     except OSError:
         return []
 

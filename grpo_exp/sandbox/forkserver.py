@@ -67,6 +67,10 @@ FORK_TRIES = 3  # zygotes tried for one program before the failure counts agains
 ZYGOTE_START_TIMEOUT_S = 30.0  # bwrap, Python and the imports; a loaded machine can take seconds
 ZYGOTE_HEADROOM_MB = 16  # the zygote's own allocations in its cgroup, on top of a program's memory_mb
 REPLY_BYTES = 16
+# The dynamic linker resolves every symbol when the zygote starts, not on each one's first call in
+# each forked child (a lookup and a page copied, per symbol and program). The zygote drops it from
+# its environment before it forks anything: programs get exactly child_env.
+ZYGOTE_ENV = {"LD_BIND_NOW": "1"}
 CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 FD = struct.Struct("i")
 
@@ -101,7 +105,7 @@ class Zygote:
                 stdout=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),
                 cwd="/",
-                env=child_env(launcher.workdir or "/"),
+                env={**child_env(launcher.workdir or "/"), **ZYGOTE_ENV},
                 start_new_session=True,
             )
         except BaseException:

@@ -34,6 +34,7 @@ from grpo_exp.sandbox import cgroups, identity
 from grpo_exp.sandbox.cgroups import SnippetCgroup
 from grpo_exp.sandbox.isolation import Launcher
 from grpo_exp.sandbox.limits import MIB, Limits
+from grpo_exp.sandbox.reaper import pids_in
 
 log = logging.getLogger("grpo_exp.sandbox")
 
@@ -328,8 +329,7 @@ def _force_remove(func: Callable[[str], object], path: str, _exc: object) -> Non
 def children_of(pid: int) -> list[int]:
     """Child processes of ``pid`` (the PID-namespace init under bwrap/unshare, a zygote's program)."""
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            return [int(p) for p in fh.read().split()]
+        return pids_in(f"/proc/{pid}/task/{pid}/children")
     except OSError:  # kernel without CONFIG_PROC_CHILDREN: look for them
         found = []
         for name in os.listdir("/proc"):

@@ -57,6 +57,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _serve_forks():
+    os.environ.pop("LD_BIND_NOW", None)  # forkserver.ZYGOTE_ENV: the zygote's alone
     control = socket.socket(fileno=int(sys.argv[1]))
     null = os.open("/dev/null", os.O_RDWR)  # every spare's stdio
     for name in sys.argv[2].split(","):
