@@ -46,6 +46,7 @@ CLEANUP_TIMEOUT_S = 5.0  # a killed namespace should be gone well within this
 POLL_PAUSE_S = 0.002
 EXIT_POLL_S = 0.05  # how often a standalone run checks whether the child has exited
 CHILD_PATH = "/usr/local/bin:/usr/bin:/bin"
+_SCAN_JSON = json.JSONDecoder().scan_once  # (value, end) of the JSON value at an index
 
 
 class ChildTimeout(Exception):
@@ -64,6 +65,21 @@ class _Output:
     cap: int
     data: bytearray = field(default_factory=bytearray)
     truncated: bool = False
+
+
+def _parse_message(line: bytes) -> dict:
+    """One line from the child: exactly one JSON object, in ASCII (the child writes nothing else).
+
+    The C scanner itself, without ``json.loads``'s layers: a message is read per call into the child.
+    """
+    try:
+        text = line.decode("ascii")
+        message, end = _SCAN_JSON(text, 0)
+    except (ValueError, RecursionError, StopIteration) as exc:
+        raise ProtocolError(f"unreadable message from child: {exc!r}") from None
+    if type(message) is not dict or end != len(text):
+        raise ProtocolError("message from child is not one JSON object")
+    return message
 
 
 def child_env(workdir: str) -> dict[str, str]:
@@ -142,13 +158,7 @@ class Channel:
                 line = bytes(self._buf[:end])
                 del self._buf[: end + 1]
                 self._scanned = 0
-                try:
-                    message = json.loads(line.decode("ascii"))  # the child writes ASCII only
-                except (ValueError, RecursionError) as exc:
-                    raise ProtocolError(f"unreadable message from child: {exc}") from None
-                if type(message) is not dict:
-                    raise ProtocolError("message from child is not an object")
-                return message
+                return _parse_message(line)
             self._scanned = len(self._buf)
             if len(self._buf) > self.limits.max_message_bytes:
                 raise ProtocolError(f"message from child exceeds {self.limits.max_message_bytes} bytes")
