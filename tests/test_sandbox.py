@@ -371,6 +371,20 @@ def test_output_flood_is_capped(sandbox):
     assert run.output_truncated
 
 
+def test_a_graded_program_prints_into_nothing(sandbox):
+    """Grading never reads output: 4 MB of it (past max_output_bytes) changes no grade, forked or fresh."""
+    code = textwrap.dedent("""
+        import sys
+        def add(a, b):
+            for _ in range(64):
+                sys.stdout.write("x" * 65536)
+                sys.stderr.write("y" * 65536)
+            return a + b
+    """)
+    result = sandbox.grade(code, TestSpec.mbpp(ADD_TESTS))
+    assert result.fraction == 1.0, result
+
+
 def test_child_environment_is_scrubbed(sandbox, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "wandb-secret")
     monkeypatch.setenv("HF_TOKEN", "hf-secret")

@@ -176,12 +176,21 @@ def _apply_limits(limits):
         resource.setrlimit(getattr(resource, name), (soft, hard))
 
 
-def _run_job(in_fd, out_fd):
-    """Read the job from the parent and run it; returns only when there was no job."""
+def _run_job(in_fd, out_fd, output_is_null=False):
+    """Read the job from the parent and run it; returns only when there was no job.
+
+    A graded program's output goes to /dev/null (grading never reads it), in a fresh
+    interpreter as in a forked one (``output_is_null``: the zygote saw to it already).
+    """
     job = _read(in_fd)
     if job is None:
         os._exit(0)
     if job["mode"] == "serve":
+        if not output_is_null:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            os.close(null)
         _serve(job, in_fd, out_fd)
         return
     os.close(in_fd)

@@ -159,7 +159,7 @@ def _become_program(request, fds):
         os.write(oom, OOM_FIRST)
         os.close(oom)
         _apply_limits(request["rlimits"])
-        _run_job(req_r, resp_w)
+        _run_job(req_r, resp_w, output_is_null=True)
     finally:
         os._exit(0)
 
