@@ -58,6 +58,8 @@ class WeightedReward:
         self.logs_stage = False  # one part per reward logs the run's stage
         self.scale_by = scale_by
         self.ceiling = part.ceiling
+        if self.style is CallStyle.BUILTIN:
+            registry.check_params(part.fn, self.params)
         if self.ceiling is None and self.style is CallStyle.BUILTIN:
             self.ceiling = registry.ceiling(part.fn)
         # the reply length (characters) a built-in part pays for, e.g. length_score's target
