@@ -88,23 +88,25 @@ def test_config_mistakes_are_one_line(override, message):
     assert "\n" not in str(err.value)
 
 
+TESTS_PARAMS = "reward.parts.tests.params"
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("fork_server=yes", "code_tests: fork_server must be true or false, got 'yes'"),
-        ("partial_credit=2", "code_tests: partial_credit must be true or false, got 2"),
-        ("isolation=chroot", "code_tests: isolation must be one of auto, bwrap, unshare, none, got 'chroot'"),
-        ("workers=0", "code_tests: workers must be a whole number from 1, or null (one per core), got 0"),
-        ("timeout_s=0", "code_tests: sandbox limit timeout_s must be positive, got 0.0"),
-        ("~memory_mb", "code_tests: params memory_mb are missing"),
+        (f"{TESTS_PARAMS}.fork_server=yes", "code_tests: fork_server must be true or false, got 'yes'"),
+        (f"{TESTS_PARAMS}.partial_credit=2", "code_tests: partial_credit must be true or false, got 2"),
+        (f"{TESTS_PARAMS}.isolation=chroot", "isolation must be one of auto, bwrap, unshare, none, got 'chroot'"),
+        (f"{TESTS_PARAMS}.workers=0", "code_tests: workers must be a whole number from 1, or null (one per core)"),
+        (f"{TESTS_PARAMS}.timeout_s=0", "code_tests: sandbox limit timeout_s must be positive, got 0.0"),
+        (f"~{TESTS_PARAMS}.memory_mb", "code_tests: params memory_mb are missing"),
+        ("reward.parts.complexity.params.max_complexity=0", "code_complexity: max_complexity must be positive"),
     ],
 )
 def test_a_reward_part_checks_its_params_in_the_preflight(override, message):
     """Refused before any job starts (so before a model loads), not at the part's first call."""
     from grpo_exp.job.preflight import check_command
 
-    key = "reward.parts.tests.params."
-    override = "~" + key + override[1:] if override.startswith("~") else key + override
     with pytest.raises(UserError) as err:
         check_command(CONF_DIR, "config", ["+recipe=code_generation", override], multirun=False)
     assert message in str(err.value)

@@ -110,7 +110,17 @@ def code_tests(
     return scores
 
 
-@register("code_complexity", ceiling=1.0)
+def _check_complexity_params(params: dict[str, Any]) -> None:
+    """``code_complexity``'s one param, as the job is validated (before the model loads)."""
+    _check_max_complexity(params.get("max_complexity"))
+
+
+def _check_max_complexity(max_complexity: Any) -> None:
+    if type(max_complexity) not in (int, float) or not max_complexity > 0:
+        raise UserError(f"code_complexity: max_complexity must be positive, got {max_complexity!r}")
+
+
+@register("code_complexity", ceiling=1.0, check=_check_complexity_params)
 def code_complexity(completions: list[str], *, max_complexity: float, **_: Any) -> list[float | None]:
     """A simplicity score in [0, 1] from radon; code that does not parse (or is empty) scores 0.
 
@@ -121,8 +131,7 @@ def code_complexity(completions: list[str], *, max_complexity: float, **_: Any) 
     more tangled code loses in proportion. It rewards simplicity, not correctness: weigh it
     below the tests, since a trivial stub scores high here.
     """
-    if max_complexity <= 0:
-        raise UserError(f"code_complexity: max_complexity must be positive, got {max_complexity}")
+    _check_max_complexity(max_complexity)
     from radon.complexity import cc_visit
     from radon.metrics import mi_visit
 
