@@ -99,7 +99,7 @@ TESTS_PARAMS = "reward.parts.tests.params"
         (f"{TESTS_PARAMS}.isolation=chroot", "isolation must be one of auto, bwrap, unshare, none, got 'chroot'"),
         (f"{TESTS_PARAMS}.workers=0", "code_tests: workers must be a whole number from 1, or null (one per core)"),
         (f"{TESTS_PARAMS}.timeout_s=0", "code_tests: sandbox limit timeout_s must be positive, got 0.0"),
-        (f"~{TESTS_PARAMS}.memory_mb", "code_tests: params memory_mb are missing"),
+        (f"~{TESTS_PARAMS}.memory_mb", "code_tests: missing 1 required keyword-only argument: 'memory_mb'"),
         ("reward.parts.complexity.params.max_complexity=0", "code_complexity: max_complexity must be positive"),
     ],
 )

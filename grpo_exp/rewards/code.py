@@ -9,7 +9,6 @@ module is cheap; radon is imported on first use and the sandbox probes its isola
 from __future__ import annotations
 
 import ast
-import inspect
 import threading
 import warnings
 from collections.abc import Sequence
@@ -60,12 +59,12 @@ def code_syntax(completions: list[str], **_: Any) -> list[float | None]:
 
 
 def _check_tests_params(params: dict[str, Any]) -> None:
-    """``code_tests``'s params as the job is validated, before the model loads: see ``_settings``."""
-    wanted = inspect.signature(_settings).parameters
-    missing = [name for name, p in wanted.items() if p.default is p.empty and name not in params]
-    if missing:
-        raise UserError(f"code_tests: params {', '.join(missing)} are missing (see conf/reward/code_generation.yaml)")
-    _settings(**{name: value for name, value in params.items() if name in wanted})
+    """``code_tests``'s params as the job is validated, before the model loads: the part itself, on no completions."""
+    try:
+        code_tests([], **params)
+    except TypeError as exc:  # a required param is missing
+        message = str(exc).removeprefix(f"{code_tests.__name__}() ")
+        raise UserError(f"code_tests: {message} (see conf/reward/code_generation.yaml)") from None
 
 
 @register("code_tests", ceiling=1.0, check=_check_tests_params)
@@ -98,8 +97,18 @@ def code_tests(
     HumanEval's own ``check`` does.
     Identical (code, tests) pairs are cached.
     """
-    limits = _settings(timeout_s, test_timeout_s, memory_mb, workers, isolation, partial_credit, fork_server,
-                       reference_time_multiple, min_test_timeout_s, max_processes)  # fmt: skip
+    from grpo_exp.sandbox.isolation import MODES
+
+    for name, flag in (("partial_credit", partial_credit), ("fork_server", fork_server)):
+        if not isinstance(flag, bool):
+            raise UserError(f"code_tests: {name} must be true or false, got {flag!r}")
+    if workers is not None and (type(workers) is not int or workers < 1):
+        raise UserError(f"code_tests: workers must be a whole number from 1, or null (one per core), got {workers!r}")
+    if isolation not in MODES:  # whether it works on this machine is checked as the sandbox starts
+        raise UserError(f"code_tests: isolation must be one of {', '.join(MODES)}, got {isolation!r}")
+    limits = _limits(timeout_s, test_timeout_s, memory_mb, max_processes, reference_time_multiple, min_test_timeout_s)
+    if not completions:  # the preflight's check (see _check_tests_params): the settings alone
+        return []
     sandbox = _sandbox(limits, workers, isolation, fork_server)
     specs = _specs(len(completions), columns)
     results = sandbox.grade_many([(extract_code(c), spec) for c, spec in zip(completions, specs, strict=True)])
@@ -152,35 +161,6 @@ def code_complexity(completions: list[str], *, max_complexity: float, **_: Any) 
         penalty = min(1.0, max_complexity / mean_cc) if mean_cc > 0 else 1.0
         scores.append(min(1.0, max(0.0, mi / MI_SCALE)) * penalty)
     return scores
-
-
-def _settings(
-    timeout_s: float,
-    test_timeout_s: float,
-    memory_mb: int,
-    workers: int | None,
-    isolation: str,
-    partial_credit: bool = True,
-    fork_server: bool = True,
-    reference_time_multiple: float | None = None,
-    min_test_timeout_s: float | None = None,
-    max_processes: int | None = None,
-) -> Limits:
-    """The sandbox limits ``code_tests``'s params ask for, after checking every param (a one-line UserError).
-
-    Nothing here depends on the machine, so a preflight on one machine holds for jobs launched on
-    another: whether the isolation tool works there is checked where the sandbox starts.
-    """
-    from grpo_exp.sandbox.isolation import MODES
-
-    for name, flag in (("partial_credit", partial_credit), ("fork_server", fork_server)):
-        if not isinstance(flag, bool):
-            raise UserError(f"code_tests: {name} must be true or false, got {flag!r}")
-    if workers is not None and (type(workers) is not int or workers < 1):
-        raise UserError(f"code_tests: workers must be a whole number from 1, or null (one per core), got {workers!r}")
-    if isolation not in MODES:
-        raise UserError(f"code_tests: isolation must be one of {', '.join(MODES)}, got {isolation!r}")
-    return _limits(timeout_s, test_timeout_s, memory_mb, max_processes, reference_time_multiple, min_test_timeout_s)
 
 
 def _limits(

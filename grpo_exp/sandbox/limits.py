@@ -34,7 +34,7 @@ class Limits:
     max_processes: int = 16  # processes of the snippet, see the class docstring
     cgroup: bool = True  # a cgroup per snippet where the machine allows it
     max_open_files: int = 64  # RLIMIT_NOFILE
-    max_output_bytes: int = MIB  # stdout and stderr each: the parent stops reading after this
+    max_output_bytes: int = MIB  # stdout and stderr each of a run (a graded program's go to /dev/null)
     max_message_bytes: int = 4 * MIB  # one result message from the child
     workdir_mb: int = 16  # size of the private working folder where it is a tmpfs (bwrap)
     max_restarts: int = 2  # fresh interpreters after a test killed the previous one
