@@ -271,13 +271,46 @@ def test_a_forked_program_gets_what_a_fresh_interpreter_gets(box, monkeypatch):
                       ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_MSGQUEUE")]
             status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
             return [sorted(os.environ), limits, os.getuid() == 0, int(status["CapEff"], 16), sys.stdin.read(),
-                    os.getsid(0) == os.getpid(), os.getcwd()]
+                    os.getsid(0) == os.getpid(), os.getcwd(), len(os.listdir("/proc/self/fd"))]
     """
     mib = 1024 * 1024
     processes = 16 if cgroups.hierarchies() else 1  # as in test_sandbox: no cgroup, no forks
+    fds = 6  # stdin, stdout, stderr (all /dev/null), its request and reply pipes, and the listing's own
     expected = [["HOME", "LANG", "PATH", "PWD", "TMPDIR"], [256 * mib, processes, 64, mib, 0], False, 0, "", True,
-                "/sandbox"]  # fmt: skip
+                "/sandbox", fds]  # fmt: skip
     assert _grade(box, code, f"assert seen() == {expected!r}") == 1.0
+
+
+@pytest.mark.parametrize("closes_range", [True, False], ids=["close_range", "listing"])
+def test_a_spare_closes_every_fd_above_the_one_it_keeps(closes_range):
+    """Both ways a spare closes the zygote's fds: close_range(2), and listing /proc (old kernels, seccomp)."""
+    from grpo_exp.sandbox import zygote
+
+    report_r, report_w = os.pipe()
+    above = [os.open(os.devnull, os.O_RDONLY) for _ in range(3)]
+    above.append(os.dup2(above[0], 900))
+    pid = os.fork()
+    if pid == 0:  # the child reports through the pipe, the one fd below the range
+        try:
+            zygote._close_from(max(report_r, report_w) + 1, closes_range)
+            still_open = [fd for fd in above if _is_open(fd)]
+            os.write(report_w, json.dumps(still_open).encode())
+        finally:
+            os._exit(0)
+    os.close(report_w)
+    report = os.read(report_r, 4096)
+    os.waitpid(pid, 0)
+    for fd in (report_r, *above):
+        os.close(fd)
+    assert json.loads(report) == []
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def test_a_stuck_fork_server_holds_up_no_program(monkeypatch):

@@ -48,7 +48,8 @@ if TYPE_CHECKING:  # in the sandbox these come from child.py, whose source runs 
 
 MAX_REQUEST_BYTES = 65536
 FDS_PER_PROGRAM = 2  # the request pipe's read end and the reply pipe's write end
-ALL_FDS = 2**31 - 1  # closerange's end: every fd above the one kept
+SYS_CLOSE_RANGE = 436  # close_range(2), Linux 5.9+: the same number on every architecture
+LAST_FD = 0xFFFFFFFF  # close_range's "and every fd above"
 PR_SET_DUMPABLE = 4
 OOM_FIRST = b"1000"  # oom_score_adj of a program: the OOM killer takes it before the zygote
 IPC_RMID = 0
@@ -60,6 +61,7 @@ def _serve_forks():
     os.environ.pop("LD_BIND_NOW", None)  # forkserver.ZYGOTE_ENV: the zygote's alone
     control = socket.socket(fileno=int(sys.argv[1]))
     null = os.open("/dev/null", os.O_RDWR)  # every spare's stdio
+    closes_range = _close_range(LAST_FD - 1) == 0  # on an fd never open: does the kernel (and seccomp) allow it?
     for name in sys.argv[2].split(","):
         if name:
             __import__(name)
@@ -80,7 +82,7 @@ def _serve_forks():
             os.waitpid(spare[0], 0)  # the parent has killed it
             spare = None
         if _clean(workdir, request["uid"]):
-            spare = _fork_spare(null)
+            spare = _fork_spare(null, closes_range)
             _answer(control, b"clean", spare)
         else:
             _answer(control, b"dirty", None)
@@ -96,7 +98,7 @@ def _answer(control, word, spare):
         spare[1].close()
 
 
-def _fork_spare(null):
+def _fork_spare(null, closes_range):
     """Fork the next program's process ahead of its request: (pid, socket its request comes on).
 
     It is forked only after the last program was cleaned up and runs nothing but this trusted
@@ -110,7 +112,7 @@ def _fork_spare(null):
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
             os.closerange(3, kept)  # the zygote's sockets and /dev/null among them
-            os.closerange(kept + 1, ALL_FDS)
+            _close_from(kept + 1, closes_range)
             os.setsid()
             data, fds, _flags, _address = socket.recv_fds(theirs, MAX_REQUEST_BYTES, FDS_PER_PROGRAM)
             if data:
@@ -170,6 +172,26 @@ def _become(uid):
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+
+
+def _close_range(first):
+    """close_range(2) of every fd from ``first`` up: 0, or -1 where the kernel or a seccomp filter refuses it."""
+    return _libc.syscall(SYS_CLOSE_RANGE, ctypes.c_uint(first), ctypes.c_uint(LAST_FD), ctypes.c_uint(0))
+
+
+def _close_from(first, closes_range):
+    """Close every fd from ``first`` up: one syscall where allowed, else each fd /proc lists.
+
+    Not ``os.closerange(first, <huge>)``: a Python built without close_range (against an old glibc,
+    as conda's are) or an old kernel falls back to calling close() on every number up to the end.
+    """
+    if closes_range:
+        _close_range(first)
+        return
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) >= first:
+            with contextlib.suppress(OSError):  # the listing's own fd, already closed
+                os.close(int(name))
 
 
 def _clean(workdir, uid):
