@@ -56,17 +56,23 @@ def test_trl_baseline_reproduces_the_frameworks_rewards_and_loss(settings, tmp_p
 
 
 def test_checking_a_job_leaves_the_code_sandbox_unloaded():
-    """The sandbox loads when the first completion is graded, not when a command starts."""
+    """The sandbox's machinery loads when the first completion is graded, not when a command starts.
 
-    def loaded(*overrides: str) -> str:
+    Checking a code job loads only what checks the code reward's params: the limits and the names
+    of the isolation modes.
+    """
+
+    def loaded(*overrides: str) -> set[str]:
         result = subprocess.run(
             [sys.executable, "-c", SANDBOX_PROBE, *overrides], cwd=ROOT, capture_output=True, text=True, timeout=120
         )
         assert result.returncode == 0, result.stderr[-2000:]
-        return result.stdout.split("SANDBOX=")[-1].strip()
+        return set(filter(None, result.stdout.split("SANDBOX=")[-1].strip().split(",")))
 
-    assert loaded() == ""
-    assert loaded("model=tiny_code", "+recipe=code_generation") == ""
+    assert loaded() == set()
+    settings = {f"grpo_exp.sandbox{m}" for m in ("", ".limits", ".isolation", ".identity", ".reaper")}
+    code_job = loaded("model=tiny_code", "+recipe=code_generation")
+    assert "grpo_exp.sandbox.limits" in code_job and code_job <= settings
 
 
 def test_wandb_samples_system_stats_only_with_a_gpu_or_when_asked(monkeypatch):

@@ -11,10 +11,11 @@ So each snippet gets:
   alone (``process``), booted one snippet ahead to hide the start-up latency (``spares``);
 - kernel limits on CPU time, address space, file size, processes and open files, plus
   wall-clock timeouts per snippet and per test (per test: a multiple of the reference
-  solution's time where the problem has one) and a cap on the output the parent reads
-  (``limits``); a cgroup holds the memory and processes of the whole snippet where the machine
-  allows, else it may not fork (``cgroups``; a forked snippet runs alone in its zygote's); every
-  process it started is killed at the end (``process``, ``forkserver``);
+  solution's time where the problem has one) and, for a standalone run, a cap on the output
+  the parent reads (``limits``; a graded snippet's output goes to /dev/null); a cgroup holds
+  the memory and processes of the whole snippet where the machine allows, else it may not fork
+  (``cgroups``; a forked snippet runs alone in its zygote's); every process it started is
+  killed at the end (``process``, ``forkserver``);
 - Linux namespaces where the machine allows: no network, no host processes, and under bwrap no
   host files; under unshare private /tmp-like folders and no /root or password hashes
   (``isolation``, which also lists what each weaker mode lets through); a root trainer runs it
@@ -37,12 +38,32 @@ Typical use::
     result.fraction  # 1.0
 """
 
-from grpo_exp.sandbox.extract import extract_code
-from grpo_exp.sandbox.grading import GradeResult, TestSpec
-from grpo_exp.sandbox.isolation import MODES, available_modes, resolve
-from grpo_exp.sandbox.limits import Limits
-from grpo_exp.sandbox.pool import Sandbox
-from grpo_exp.sandbox.runner import RunResult
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grpo_exp.sandbox.extract import extract_code
+    from grpo_exp.sandbox.grading import GradeResult, TestSpec
+    from grpo_exp.sandbox.isolation import MODES, available_modes, resolve
+    from grpo_exp.sandbox.limits import Limits
+    from grpo_exp.sandbox.pool import Sandbox
+    from grpo_exp.sandbox.runner import RunResult
+
+# Each name loads with its module on first use: checking a job's config needs ``Limits`` and
+# ``MODES``, not the machinery that starts processes (and reads the child's sources).
+_MODULE_OF = {
+    "extract_code": "extract",
+    "GradeResult": "grading",
+    "TestSpec": "grading",
+    "MODES": "isolation",
+    "available_modes": "isolation",
+    "resolve": "isolation",
+    "Limits": "limits",
+    "Sandbox": "pool",
+    "RunResult": "runner",
+}
 
 __all__ = [
     "MODES",
@@ -55,3 +76,9 @@ __all__ = [
     "extract_code",
     "resolve",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
