@@ -97,7 +97,7 @@ def code_tests(
     HumanEval's own ``check`` does.
     Identical (code, tests) pairs are cached.
     """
-    from grpo_exp.sandbox.isolation import MODES
+    from grpo_exp.sandbox import MODES
 
     for name, flag in (("partial_credit", partial_credit), ("fork_server", fork_server)):
         if not isinstance(flag, bool):

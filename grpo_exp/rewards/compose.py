@@ -60,8 +60,8 @@ class WeightedReward:
         self.ceiling = part.ceiling
         if self.style is CallStyle.BUILTIN:
             registry.check_params(part.fn, self.params)
-        if self.ceiling is None and self.style is CallStyle.BUILTIN:
-            self.ceiling = registry.ceiling(part.fn)
+            if self.ceiling is None:
+                self.ceiling = registry.ceiling(part.fn)
         # the reply length (characters) a built-in part pays for, e.g. length_score's target
         self.asks_chars = registry.asked_length(part.fn, self.params) if self.style is CallStyle.BUILTIN else None
         if self.ceiling is not None and not math.isfinite(self.ceiling):

@@ -59,7 +59,7 @@ log = logging.getLogger("grpo_exp.sandbox")
 
 ZYGOTE_SOURCE = Path(__file__).with_name("zygote.py").read_text()
 ZYGOTE_PROGRAM = CHILD_SOURCE + "\n" + ZYGOTE_SOURCE + "\n_serve_forks()\n"
-# Imported once by each zygote, so programs that use them (HumanEval's all import typing) skip it.
+# Imported once by each zygote, so programs that use them skip it (21 of HumanEval's 164 prompts import typing).
 # Not random (it reseeds in every forked child) nor hashlib (it maps libcrypto, which every fork copies):
 # each would cost all programs more than it saves the few that import it.
 PRELOADED_MODULES = ("collections", "functools", "heapq", "itertools", "math", "re", "string", "typing")

@@ -188,10 +188,10 @@ def _close_from(first, closes_range):
     if closes_range:
         _close_range(first)
         return
-    for name in os.listdir("/proc/self/fd"):
-        if int(name) >= first:
+    for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
+        if fd >= first:
             with contextlib.suppress(OSError):  # the listing's own fd, already closed
-                os.close(int(name))
+                os.close(fd)
 
 
 def _clean(workdir, uid):
