@@ -1,9 +1,11 @@
 """The math reward (format and accuracy parts), its time limit, the GSM8K-style data and its checks.
 
 The accuracy part must judge an answer exactly as math-verify does when called directly: each
-answer form below is scored both ways and against the truth we expect. math-verify's own time
-limit needs the main thread; the reward runs in a worker thread and in a helper process, so the
-limit is tested from a thread, with a real slow input and with a helper that ignores its alarm.
+answer form below is scored both ways and against the truth we expect. It must also agree with
+TRL's own ``accuracy_reward`` where both read the answer (boxed, anchored LaTeX), and read the
+other forms models write (``tests/math_answers.py``). math-verify's own time limit needs the main
+thread; the reward runs in a worker thread and in a helper process, so the limit is tested from a
+thread, with a real slow input and with a helper that ignores its alarm.
 """
 
 from __future__ import annotations
@@ -17,24 +19,29 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from math_verify import parse, verify
 
 from grpo_exp.config.schema import DatasetSettings, RewardPart, TinyRecipe
 from grpo_exp.errors import UserError
+from grpo_exp.rewards import registry
 from grpo_exp.rewards.compose import WeightedReward
 from grpo_exp.rewards.math import (
     Checker,
     check_references,
-    final_answer,
     math_accuracy,
     math_format,
     reference_after,
 )
+from grpo_exp.rewards.math_forms import Forms, find_answer, last_boxed, rewrite_numbers
 from grpo_exp.shipped import read_records, shipped_file
 from tests.conftest import ROOT
+from tests.math_answers import AGREED_WITH_TRL, NEW_FORMS
 
-FORMAT = {"marker": "####", "answer_pattern": r"-?[0-9][0-9,]*(\.[0-9]+)?", "min_reasoning_chars": 10}
-ACCURACY = {"column": "reference_answer", "marker": "####", "timeout_s": 5}
+PARTS = yaml.safe_load((ROOT / "conf/reward/math.yaml").read_text())["parts"]
+FORMAT = PARTS["format"]["params"]  # reward=math's defaults
+ACCURACY = PARTS["accuracy"]["params"]
+GSM8K_ONLY = {**ACCURACY, "answer_forms": ["marker"]}  # the accuracy part as +recipe=math sets it
 REASONING = "She buys 3 packs of 6, so 3*6 = 18.\n"
 
 # (reference, the reply's final answer, the truth): math-verify's judgement must match both ways
@@ -107,12 +114,78 @@ def test_accuracy_reads_the_last_marker_and_needs_one():
     score = math_accuracy(
         ["#### 5\nno, wait\n#### 18 apples", "The answer is 18.", "18", "#### "],
         reference_answer=["18"] * 4,
-        **ACCURACY,
+        **GSM8K_ONLY,
     )
-    assert score == [1.0, 0.0, 0.0, 0.0]  # no `####` line: no final answer, 0.0
-    assert final_answer("x\n#### 18\nmore text", "####") == "18"
-    whole = math_accuracy(["so it is 18"], reference_answer=["18"], **{**ACCURACY, "marker": None})
-    assert whole == [1.0]  # marker null: math-verify finds the answer in the whole reply
+    assert score == [1.0, 0.0, 0.0, 0.0]  # answer_forms [marker] and no `####` line: no final answer, 0.0
+    assert find_answer("x\n#### 18\nmore text", Forms(("marker",), marker="####")) == "18"
+    whole = math_accuracy(["so it is 18"], reference_answer=["18"], **{**ACCURACY, "answer_forms": ["whole"]})
+    assert whole == [1.0]  # whole: math-verify finds the answer in the whole reply
+
+
+# -- the forms models write, against TRL's own accuracy_reward ---------------------------------------
+
+
+@pytest.mark.parametrize(("reply", "reference", "truth"), AGREED_WITH_TRL)
+def test_accuracy_agrees_with_trls_accuracy_reward(reply, reference, truth):
+    from trl.rewards import accuracy_reward
+
+    theirs = accuracy_reward([[{"role": "assistant", "content": reply}]], [reference])
+    ours = math_accuracy([reply], reference_answer=[reference], **ACCURACY)
+    assert ours == theirs == [truth]
+
+
+@pytest.mark.parametrize("name", NEW_FORMS)
+def test_each_form_models_write_is_read_and_can_be_turned_off(name):
+    reply, reference, form = NEW_FORMS[name]
+    assert math_accuracy([reply], reference_answer=[reference], **ACCURACY) == [1.0]
+    key = "answer_forms" if form in ACCURACY["answer_forms"] else "number_forms"
+    without = {**ACCURACY, key: [f for f in ACCURACY[key] if f != form]}
+    assert math_accuracy([reply], reference_answer=[reference], **without) == [0.0]
+
+
+def test_the_first_listed_answer_form_that_finds_an_answer_gives_it():
+    forms = {"marker": "####", "phrases": ["the answer is"], "numbers": ()}
+    reply = "3*6 = 18.\nThe answer is \\boxed{5}.\n#### 18"
+    assert find_answer(reply, Forms(("boxed", "marker"), **forms)) == "\\boxed{5}"
+    assert find_answer(reply, Forms(("marker", "boxed"), **forms)) == "18"
+    assert find_answer(reply, Forms(("phrase",), **forms)) == "\\boxed{5}"
+    assert find_answer("3*6 = 18.\n#### \nThe answer is 18.", Forms(("marker", "phrase"), **forms)) == "18"
+    assert find_answer("3*6 = 18.", Forms(("boxed", "marker", "phrase", "latex"), **forms)) is None
+
+
+@pytest.mark.parametrize(
+    ("reply", "boxed"),
+    [
+        (r"so \boxed{\frac{1}{2}} it is", r"\boxed{\frac{1}{2}}"),  # nested braces
+        (r"\boxed{5} then \boxed{\frac{1}{2}", r"\boxed{5}"),  # the last one is cut off
+        (r"\boxed{\{1, 2\}}", r"\boxed{\{1, 2\}}"),  # escaped braces are not braces
+        (r"\boxed {7}", r"\boxed {7}"),
+        (r"\boxed{}", r"\boxed{}"),
+        ("no box", None),
+    ],
+)
+def test_the_last_complete_boxed_answer_is_taken(reply, boxed):
+    assert last_boxed(reply) == boxed
+
+
+@pytest.mark.parametrize(
+    ("text", "rewritten"),
+    [
+        (r"\$18.00", "18.00"),
+        ("$1,600.50 in all", "1600.50 in all"),
+        ("$18$", "$18$"),  # a math span's dollars stay
+        ("$5 and $7", "5 and 7"),  # no span: currency
+        ("\u22125", "-5"),
+        ("1.5e3 and 2E-2", "1500 and 0.02"),
+        ("1e1234", "1e1234"),  # an exponent past MAX_EXPONENT_DIGITS is left as written
+        ("x1e6", "x1e6"),  # part of a name, not a number
+        ("1{,}234{,}567", "1234567"),
+        ("1,23 and 0.123,456", "1,23 and 0.123,456"),  # no thousands groups
+    ],
+)
+def test_numbers_are_rewritten_as_plain_numbers(text, rewritten):
+    assert rewrite_numbers(text, ACCURACY["number_forms"]) == rewritten
+    assert rewrite_numbers(text, []) == text
 
 
 def test_a_record_without_a_reference_is_not_scored():
@@ -155,6 +228,33 @@ def test_format_rejects_other_forms(text):
 def test_the_format_pattern_is_config():
     text = "Mia has 36-9 = 27 pencils left.\n#### 27 pencils"
     assert math_format([text], **{**FORMAT, "answer_pattern": ".+"}) == [1.0]
+
+
+ENDINGS = {
+    "marker": "Mia has 36-9 = 27 pencils left.\n#### 27",
+    "boxed": "Mia has 36-9 = 27 pencils left.\nSo the final answer is $\\boxed{27}$.",
+    "phrase": "Mia has 36-9 = 27 pencils left.\nThe answer is: 27.",
+}
+
+
+@pytest.mark.parametrize("forms", [["marker"], ["boxed"], ["phrase"], ["marker", "boxed"]])
+def test_the_format_part_rewards_only_the_final_forms_it_is_given(forms):
+    params = {**FORMAT, "answer_forms": forms}
+    scores = {name: math_format([reply], **params) for name, reply in ENDINGS.items()}
+    assert scores == {name: [1.0 if name in forms else 0.0] for name in ENDINGS}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Mia has \\boxed{36} pencils, 36-9 = 27 left.\n\\boxed{27}",  # a second boxed answer
+        "Mia has 36-9 = 27 pencils left.\n\\boxed{27}\nDone!",  # not the last line
+        "Mia has 36-9 = 27 pencils left.\n\\boxed{twenty-seven}",  # not the answer pattern
+        "ok\n\\boxed{27}",  # too little reasoning
+    ],
+)
+def test_the_boxed_form_has_one_box_on_the_last_line(text):
+    assert math_format([text], **{**FORMAT, "answer_forms": ["boxed"]}) == [0.0]
 
 
 # -- the time limit ------------------------------------------------------------------------------
@@ -337,6 +437,55 @@ def test_the_math_configs_pass_the_preflight(overrides):
     command.preflight([*overrides, "logger=none"])  # exits on a bad config
 
 
+FORM_NAMES = "boxed, marker, phrase, latex, whole"
+NUMBER_NAMES = "unicode_minus, currency, commas, scientific"
+
+
+@pytest.mark.parametrize(
+    ("part", "change", "message"),
+    [
+        ("math_accuracy", {"answer_forms": ["boxd"]}, rf"answer_forms must be a non-empty list .* {FORM_NAMES}, got"),
+        ("math_accuracy", {"answer_forms": []}, "answer_forms must be a non-empty list"),
+        ("math_accuracy", {"answer_forms": "boxed"}, "answer_forms must be a non-empty list"),  # text, not a list
+        ("math_accuracy", {"answer_forms": ["marker", "marker"]}, "answer_forms must be a non-empty list of distinct"),
+        ("math_accuracy", {"number_forms": ["euros"]}, f"number_forms must be a list of .* from {NUMBER_NAMES}, got"),
+        ("math_accuracy", {"marker": None}, "answer_forms lists marker, so marker must be text"),
+        ("math_accuracy", {"phrases": []}, "answer_forms lists phrase, so phrases must be a list of text"),
+        ("math_accuracy", {"timeout_s": 0}, "timeout_s must be seconds above 0"),
+        ("math_accuracy", {"column": ""}, "column must name the dataset column"),
+        ("math_format", {"answer_forms": ["latex"]}, "answer_forms must be .* from boxed, marker, phrase, got"),
+        ("math_format", {"answer_pattern": "(["}, r"answer_pattern '\(\[' is not a regex"),
+        ("math_format", {"min_reasoning_chars": -1}, "min_reasoning_chars must be a whole number from 0"),
+        ("math_format", {"marker": ""}, "answer_forms lists marker, so marker must be text"),
+    ],
+)
+def test_bad_params_are_refused_in_one_line_by_the_preflight_check(part, change, message):
+    defaults = ACCURACY if part == "math_accuracy" else FORMAT
+    with pytest.raises(UserError, match=f"^{part}: {message}") as refused:
+        registry.check_params(part, {**defaults, **change})
+    assert "\n" not in str(refused.value)
+
+
+def test_unused_settings_are_not_checked():
+    params = {**ACCURACY, "answer_forms": ["boxed"], "marker": None, "phrases": None}
+    registry.check_params("math_accuracy", params)  # no marker form, no phrase form: nothing to refuse
+
+
+def test_a_missing_param_is_named():
+    params = {k: v for k, v in ACCURACY.items() if k != "number_forms"}
+    missing = r"^math_accuracy: missing 1 required keyword-only argument: 'number_forms' \(see conf/reward/math.yaml\)$"
+    with pytest.raises(UserError, match=missing):
+        registry.check_params("math_accuracy", params)
+
+
+def test_a_bad_form_stops_the_job_in_one_line_before_the_model_loads():
+    result = run("+recipe=math", "reward.parts.format.params.answer_forms=[boxd]")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert "math_format: answer_forms must be a non-empty list of distinct names" in lines[0]
+
+
 def test_the_math_reward_needs_a_reference_column():
     result = run("reward=math", "dataset=customer_service")
     assert result.returncode == 2
@@ -355,6 +504,12 @@ def test_no_math_verify_for_help_or_cfg_job():
 # -- the tiny model's warm-up ---------------------------------------------------------------------
 
 
+def test_the_math_recipe_reads_the_accuracy_after_the_marker_only(settings):
+    """benchmarks/math.md was measured so; the warm-up's other endings are ones the run unlearns."""
+    assert settings("+recipe=math").reward.parts["accuracy"].params == GSM8K_ONLY
+    assert settings("reward=math", "dataset=gsm8k_sample").reward.parts["accuracy"].params == ACCURACY
+
+
 def test_the_math_warm_up_mixes_forms_and_numbers():
     from grpo_exp.models.warmup import build_corpus
     from grpo_exp.models.warmup_math import math_replies
@@ -366,7 +521,7 @@ def test_the_math_warm_up_mixes_forms_and_numbers():
     }
     replies = [e.reply for e in examples]
     form = math_format(replies, **FORMAT)
-    right = math_accuracy(replies, reference_answer=[references[e.prompt] for e in examples], **ACCURACY)
+    right = math_accuracy(replies, reference_answer=[references[e.prompt] for e in examples], **GSM8K_ONLY)
     assert 0.1 < sum(form) / len(form) < 0.3  # some replies already in the final form, most not
     assert 0.05 < sum(right) / len(right) < 0.3  # some right answers in that form, more wrong ones
     assert any("The answer is" in r for r in replies) and any("####" not in r for r in replies)

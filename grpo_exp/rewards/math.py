@@ -25,11 +25,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from grpo_exp.errors import UserError
-from grpo_exp.rewards.registry import register
+from grpo_exp.rewards.math_forms import FINAL_LINE_FORMS, FINDERS, ends_in_form, find_answer, forms_from
+from grpo_exp.rewards.registry import RewardFn, register
 
 STARTUP_S = 120.0  # a fresh helper imports sympy and math-verify (about 1 s; more on a loaded machine)
 GOLD_CACHE = 4096  # references the helper keeps parsed (a dataset's are few, and each is asked often)
@@ -40,41 +42,76 @@ PLAIN_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 # -- the parts -----------------------------------------------------------------------------------
 
 
-@register("math_format", ceiling=1.0)
+def _check_params(part: RewardFn, params: dict[str, Any]) -> None:
+    """A part's params as the job is validated, before the model loads: the part itself on no
+    completions (it checks its settings, then returns)."""
+    try:
+        part([], **params)
+    except TypeError as exc:  # a required param is missing
+        message = str(exc).removeprefix(f"{part.__name__}() ")
+        raise UserError(f"{part.__name__}: {message} (see conf/reward/math.yaml)") from None
+
+
+@register("math_format", ceiling=1.0, check=lambda params: _check_params(math_format, params))
 def math_format(
-    completions: list[str], *, marker: str, answer_pattern: str, min_reasoning_chars: int, **_: Any
+    completions: list[str],
+    *,
+    answer_forms: Sequence[str],
+    marker: str | None,
+    phrases: Sequence[str],
+    answer_pattern: str,
+    min_reasoning_chars: int,
+    **_: Any,
 ) -> list[float]:
     """1.0 for a reply of reasoning followed by exactly one final answer line, else 0.0.
 
-    The final line is ``marker`` then an answer matching ``answer_pattern`` (GSM8K: ``#### 72``);
-    the marker appears nowhere else, and at least ``min_reasoning_chars`` characters of reasoning
-    come before that line. A bare answer, an answer followed by more text, or a second marker fail.
+    The last line is in one of ``answer_forms`` (``marker``: ``#### 72``; ``boxed``: a line holding
+    ``\\boxed{72}``; ``phrase``: ``The answer is 72.``) with an answer matching ``answer_pattern``;
+    that form appears nowhere else, and at least ``min_reasoning_chars`` characters of reasoning come
+    before that line. A bare answer, an answer followed by more text, another form or a second
+    answer fail: the part tells the forms apart, so a run teaches the one it names.
     """
-    final = re.compile(rf"{re.escape(marker)}[ \t]*(?:{answer_pattern})")
-    return [1.0 if _well_formed(c, marker, final, min_reasoning_chars) else 0.0 for c in completions]
+    forms = forms_from("math_format", answer_forms, FINAL_LINE_FORMS, marker, phrases)
+    _check_format_line(answer_pattern, min_reasoning_chars)
+    return [1.0 if ends_in_form(c, forms, answer_pattern, min_reasoning_chars) else 0.0 for c in completions]
 
 
-def _well_formed(reply: str, marker: str, final: re.Pattern[str], min_reasoning_chars: int) -> bool:
-    text = reply.strip()
-    reasoning, _, last = text.rpartition("\n")
-    return (
-        text.count(marker) == 1
-        and final.fullmatch(last.strip()) is not None
-        and len(reasoning.strip()) >= min_reasoning_chars
-    )
+def _check_format_line(answer_pattern: Any, min_reasoning_chars: Any) -> None:
+    if not isinstance(answer_pattern, str):
+        raise UserError(f"math_format: answer_pattern must be a regex such as '-?[0-9]+', got {answer_pattern!r}")
+    try:
+        re.compile(answer_pattern)
+    except re.error as exc:
+        raise UserError(f"math_format: answer_pattern {answer_pattern!r} is not a regex ({exc})") from None
+    if type(min_reasoning_chars) is not int or min_reasoning_chars < 0:
+        raise UserError(f"math_format: min_reasoning_chars must be a whole number from 0, got {min_reasoning_chars!r}")
 
 
-@register("math_accuracy", ceiling=1.0)
+@register("math_accuracy", ceiling=1.0, check=lambda params: _check_params(math_accuracy, params))
 def math_accuracy(
-    completions: list[str], *, column: str, marker: str | None, timeout_s: float, **columns: Any
+    completions: list[str],
+    *,
+    column: str,
+    answer_forms: Sequence[str],
+    number_forms: Sequence[str],
+    marker: str | None,
+    phrases: Sequence[str],
+    timeout_s: float,
+    **columns: Any,
 ) -> list[float | None]:
     """1.0 where the reply's final answer equals the record's reference (math-verify), else 0.0.
 
-    The final answer is the rest of the line after the reply's last ``marker`` (None: math-verify
-    finds the answer in the whole reply); a reply without one scores 0.0, and so does one whose
-    check outlives ``timeout_s`` (an answer that can't be verified in time earns nothing). A record
-    without a reference (dataset column ``column``) is not scored: None.
+    The final answer is what the first of ``answer_forms`` finds (the last ``\\boxed{}``, the line
+    after the last ``marker``, the line after the last of ``phrases``, the last math span, the whole
+    reply), its numbers rewritten as ``number_forms`` says (``\\$18.00``, ``−5``, ``1e6``,
+    ``1{,}600``). A reply without one scores 0.0, and so does one whose check outlives
+    ``timeout_s`` (an answer that can't be verified in time earns nothing). A record without a
+    reference (dataset column ``column``) is not scored: None.
     """
+    forms = forms_from("math_accuracy", answer_forms, tuple(FINDERS), marker, phrases, number_forms)
+    _check_accuracy_settings(column, timeout_s)
+    if not completions:  # the preflight's check (see _check_params): the settings alone
+        return []
     if column not in columns:
         raise KeyError(f"math_accuracy needs the dataset column {column!r}; columns: {sorted(columns)}")
     checker = shared_checker()
@@ -83,7 +120,7 @@ def math_accuracy(
         if reference is None or not str(reference).strip():
             scores.append(None)
             continue
-        answer = final_answer(reply, marker)
+        answer = find_answer(reply, forms)
         if answer is None:
             scores.append(0.0)
             continue
@@ -92,15 +129,11 @@ def math_accuracy(
     return scores
 
 
-def final_answer(reply: str, marker: str | None) -> str | None:
-    """The text of the line after the last ``marker`` (None: there is no marker, or nothing after it);
-    the whole reply when ``marker`` is None."""
-    if marker is None:
-        return reply if reply.strip() else None
-    if marker not in reply:
-        return None
-    answer = reply.rpartition(marker)[2].strip().split("\n", 1)[0].strip()
-    return answer or None
+def _check_accuracy_settings(column: Any, timeout_s: Any) -> None:
+    if not isinstance(column, str) or not column:
+        raise UserError(f"math_accuracy: column must name the dataset column of references, got {column!r}")
+    if type(timeout_s) not in (int, float) or not 0 < timeout_s < math.inf:
+        raise UserError(f"math_accuracy: timeout_s must be seconds above 0 (math-verify can hang), got {timeout_s!r}")
 
 
 def reference_after(text: Any, marker: str | None) -> str | None:
