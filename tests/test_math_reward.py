@@ -118,6 +118,7 @@ def test_accuracy_reads_the_last_marker_and_needs_one():
     )
     assert score == [1.0, 0.0, 0.0, 0.0]  # answer_forms [marker] and no `####` line: no final answer, 0.0
     assert find_answer("x\n#### 18\nmore text", Forms(("marker",), marker="####")) == "18"
+    assert find_answer("x\n####\n18\nmore text", Forms(("marker",), marker="####")) == "18"  # the next line
     whole = math_accuracy(["so it is 18"], reference_answer=["18"], **{**ACCURACY, "answer_forms": ["whole"]})
     assert whole == [1.0]  # whole: math-verify finds the answer in the whole reply
 
@@ -149,7 +150,7 @@ def test_the_first_listed_answer_form_that_finds_an_answer_gives_it():
     assert find_answer(reply, Forms(("boxed", "marker"), **forms)) == "\\boxed{5}"
     assert find_answer(reply, Forms(("marker", "boxed"), **forms)) == "18"
     assert find_answer(reply, Forms(("phrase",), **forms)) == "\\boxed{5}"
-    assert find_answer("3*6 = 18.\n#### \nThe answer is 18.", Forms(("marker", "phrase"), **forms)) == "18"
+    assert find_answer("3*6 = 18.\nThe answer is 18.\n#### ", Forms(("marker", "phrase"), **forms)) == "18"
     assert find_answer("3*6 = 18.", Forms(("boxed", "marker", "phrase", "latex"), **forms)) is None
 
 

@@ -86,19 +86,23 @@ def last_boxed(reply: str, forms: Forms | None = None) -> str | None:
 
 
 def after_marker(reply: str, forms: Forms) -> str | None:
-    """The rest of the line after the reply's last marker (GSM8K: ``#### 72``)."""
+    """The first line of text after the reply's last marker (GSM8K: ``#### 72``)."""
     if not forms.marker or forms.marker not in reply:
         return None
-    return reply.rpartition(forms.marker)[2].split("\n", 1)[0]
+    return _first_line(reply.rpartition(forms.marker)[2])
 
 
 def after_phrase(reply: str, forms: Forms) -> str | None:
-    """The rest of the line after the reply's last phrase ("The answer is 72."), without its colon or full stop."""
+    """The first line of text after the reply's last phrase ("The answer is 72."), without its colon or full stop."""
     matches = list(forms.phrase_pattern().finditer(reply)) if forms.phrases else []
     if not matches:
         return None
-    rest = reply[matches[-1].end() :].split("\n", 1)[0]
-    return rest.strip().lstrip(":").strip().removesuffix(".")
+    return _first_line(reply[matches[-1].end() :].lstrip().removeprefix(":")).removesuffix(".")
+
+
+def _first_line(text: str) -> str:
+    """The first line of ``text`` that holds anything, stripped ("#### 72" and "####\\n72" alike)."""
+    return text.strip().split("\n", 1)[0].strip()
 
 
 def last_math_span(reply: str, forms: Forms | None = None) -> str | None:
