@@ -1,4 +1,5 @@
-"""Prompt datasets: the shipped scenarios, the user's JSON file (the article's case) and hub datasets.
+"""Prompt datasets: the shipped scenarios, the user's JSON file (the article's case), hub datasets and
+reasoning-gym's generated tasks.
 
 Loaders are registered by ``dataset.source``. ``check_dataset`` looks at a file without loading
 ``datasets`` so bad input fails before the model loads; ``load_prompts`` builds the prompt set and
@@ -35,6 +36,8 @@ PROMPT_NAMES = ("question", "instruction", "query", "input", "problem", "message
 LOADERS: Registry[Callable[[DatasetSettings], Dataset]] = Registry("dataset.source")
 # The column a record's verifiable answer lands in when ``dataset.reference_field`` is set (reward=math reads it).
 REFERENCE_COLUMN = "reference_answer"
+# A source that decides its own held-out rows marks them in this column (a generated task's held-out region).
+HELD_OUT_COLUMN = "held_out"
 
 
 def builtin_names() -> list[str]:
@@ -68,6 +71,32 @@ def _load_hub(data: DatasetSettings) -> Dataset:
     return dataset.map(lambda r: {"prompt": format_prompt(r[data.prompt_field], data), **_reference(r, data)})
 
 
+@LOADERS.register("reasoning_gym")
+def _load_task(data: DatasetSettings) -> Dataset:
+    """The task's training problems, then its held-out ones (marked), drawn from disjoint regions; under a
+    curriculum, at the stage's level, which each problem's entry records."""
+    from datasets import Dataset
+
+    from grpo_exp.tasks.curriculum import LEVEL_KEY, task_settings
+    from grpo_exp.tasks.problems import TASK_ENTRY, Region, draw, entry_json
+
+    assert data.task is not None  # check_dataset said so
+    settings = task_settings(data)
+    rows = []
+    for held_out, count in ((False, data.num_samples), (True, data.eval_samples if data.eval_fraction else 0)):
+        for entry in draw(data.task, settings, data.split_seed, count, Region(data.eval_fraction, held_out)):
+            if data.curriculum.enabled:
+                entry["metadata"][LEVEL_KEY] = data.curriculum.start_level
+            rows.append(
+                {
+                    "prompt": format_prompt(entry["question"], data),
+                    TASK_ENTRY: entry_json(entry),
+                    HELD_OUT_COLUMN: held_out,
+                }
+            )
+    return Dataset.from_list(rows)
+
+
 def _from_records(records: list[dict[str, Any]], data: DatasetSettings) -> Dataset:
     """Prompts shaped before Arrow sees them, so files may mix plain and chat prompts."""
     import pyarrow
@@ -96,6 +125,16 @@ def check_dataset(data: DatasetSettings) -> set[str] | None:
     """Fail early, in one line, on a dataset the trainer could not use; its columns (None: unknown yet)."""
     LOADERS.get(data.source)
     held_out = _check_file(_existing(data.eval_path, "dataset.eval_path"), data) if data.eval_path else None
+    if data.source == "reasoning_gym":
+        from grpo_exp.tasks.curriculum import check_curriculum
+        from grpo_exp.tasks.problems import TASK_ENTRY, check_task
+
+        check_task(data.task, data.task_settings)
+        if data.curriculum.enabled:
+            check_curriculum(data)
+        if not data.num_samples:
+            raise UserError("dataset=reasoning_gym draws dataset.num_samples training problems: give a count")
+        return {"prompt", TASK_ENTRY}
     if data.source == "hub":
         if not data.name:
             raise UserError("dataset=hub needs a name: add dataset.name=<hub dataset>")
@@ -186,6 +225,14 @@ def load_splits(
     included, is scored on the same prompts.
     """
     dataset = load_prompts(data, tokenizer, tools)
+    if HELD_OUT_COLUMN in dataset.column_names:  # the source drew its own held-out rows
+        held = dataset[HELD_OUT_COLUMN]
+        train, held_out = (
+            dataset.select([i for i, h in enumerate(held) if h == side]).remove_columns(HELD_OUT_COLUMN)
+            for side in (False, True)
+        )
+        log.info("%d training and %d held-out problems (%s)", len(train), len(held_out), data.task)
+        return train, held_out if len(held_out) else None
     if data.eval_path:
         own = dataclasses.replace(data, num_samples=None)
         records = _from_records(read_records(Path(data.eval_path)), own)

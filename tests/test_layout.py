@@ -48,14 +48,18 @@ def test_long_modules_say_why():
 
 # Each layer and the layers it may import from (besides itself and the base modules), bottom up.
 BASE = {"errors", "registry", "cache", "hardware", "shipped", "folder", "quiet", "user_code", "deadline"}
-DOMAIN = {"rewards", "sandbox", "models", "dataset", "agents"}
+DOMAIN = {"rewards", "sandbox", "models", "dataset", "agents", "tasks"}
 MAY_IMPORT = {
     "config": set(),
     "sandbox": set(),
     "agents": {"config"},
-    "rewards": {"config", "sandbox", "agents"},  # the tool-call part checks a call against the tool's signature
-    "models": {"config", "agents"},  # the embedded model's agent warm-up calls the shipped tools
-    "dataset": {"config", "rewards"},  # a verifiable dataset's references are checked by its verifier (rewards/math)
+    "tasks": {"config"},  # reasoning-gym's problems and curricula
+    # the tool-call part checks a call against the tool's signature; the task parts call the task's verifier
+    "rewards": {"config", "sandbox", "agents", "tasks"},
+    # the embedded model's agent warm-up calls the shipped tools; its task warm-up draws the task's problems
+    "models": {"config", "agents", "tasks"},
+    # a verifiable dataset's references are checked by its verifier (rewards/math); a task's problems are drawn
+    "dataset": {"config", "rewards", "tasks"},
     "spec": {"config", *DOMAIN},  # the job spec combines the config with the model, the data and the rewards
     "memory": {"config", "spec", *DOMAIN},  # plans a spec's memory; reads the tiny model's recipe
     "tracking": {"config", "rewards"},  # the monitor reads the solved shares the rewards log (rewards/solved.py)

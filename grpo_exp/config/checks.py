@@ -96,6 +96,9 @@ RANGES: dict[str, Bound] = {
     "dataset.max_prompt_tokens": AT_LEAST_ONE,
     "dataset.num_samples": AT_LEAST_ONE,
     "dataset.eval_fraction": Bound(0, 1, high_open=True),
+    "dataset.eval_samples": AT_LEAST_ONE,
+    "dataset.curriculum.start_level": NON_NEGATIVE,
+    "dataset.curriculum.max_level": NON_NEGATIVE,
     "model.lora.r": AT_LEAST_ONE,
     "model.lora.dropout": Bound(0, 1, high_open=True),
     "monitor.kl_threshold": NON_NEGATIVE,
@@ -173,6 +176,23 @@ def check(settings: ExperimentConfig) -> None:
         _check_adaptive(settings)
     if settings.monitor.on_collapse != "warn":
         _check_rollback(settings)
+    if settings.dataset.curriculum.enabled:
+        _check_curriculum(settings)
+
+
+def _check_curriculum(settings: ExperimentConfig) -> None:
+    """A curriculum raises a generated task's level in stages of its own, judged on held-out evaluations."""
+    if settings.dataset.source != "reasoning_gym":
+        raise UserError("dataset.curriculum raises a generated task's difficulty: it needs dataset=reasoning_gym")
+    if not settings.dataset.eval_fraction or settings.grpo.eval_strategy == "no":
+        raise UserError(
+            "dataset.curriculum is judged on held-out evaluations: keep dataset.eval_fraction above 0 and "
+            "grpo.eval_strategy=steps"
+        )
+    if settings.adaptive.enabled or settings.monitor.on_collapse == "rollback":
+        raise UserError(
+            "dataset.curriculum trains in stages of its own: turn off adaptive.enabled and monitor.on_collapse=rollback"
+        )
 
 
 def _check_rollback(settings: ExperimentConfig) -> None:

@@ -31,6 +31,9 @@ OBJECTIVES = (
     "final_eval_reward",
     "best_eval_reward",
     "first_eval_reward",
+    "final_eval_pass@1",  # held-out pass@1 (reward.task_metrics): a task metric apart from the reward
+    "best_eval_pass@1",
+    "first_eval_pass@1",
     "final_reward_std",
     "mean_kl",
     "max_kl",
@@ -79,6 +82,10 @@ class TinyRecipe:
     fact_share: float = 0.5
     writing_chars: int = 150
     writing_share: float = 0.0
+    task: str | None = None  # the reasoning-gym task of the `task` scenario (models/warmup_task.py)
+    task_settings: dict[str, Any] = field(default_factory=dict)
+    held_out_share: float = 0.0  # the task's held-out region, kept out of the warm-up (dataset.eval_fraction)
+    error_share: float = 0.0  # share of worked task replies with one step that slips
     seed: int = 0
 
 
@@ -103,6 +110,17 @@ class ModelSettings:
 
 
 @dataclass
+class CurriculumSettings:
+    """Raise a generated task's difficulty as the model passes its held-out problems (grpo_exp/tasks/curriculum.py)."""
+
+    enabled: bool = False
+    metric: str = "eval/pass@1"  # the held-out number that decides (a metrics.jsonl key)
+    raise_at: float = 0.7  # raise the level at an evaluation where the metric reaches this
+    start_level: int = 0
+    max_level: int | None = None  # None: the task's last level
+
+
+@dataclass
 class DatasetSettings:
     source: str = "builtin"
     name: str | None = None
@@ -119,6 +137,10 @@ class DatasetSettings:
     split_seed: int = 0
     reference_field: str | None = None  # the field holding a record's verifiable answer (reward=math); None: none
     reference_marker: str | None = None  # the answer is the text after the field's last marker; None: all of it
+    task: str | None = None  # a reasoning-gym task (source reasoning_gym): grpo_exp/tasks/problems.py
+    task_settings: dict[str, Any] = field(default_factory=dict)  # the task's own config keys
+    eval_samples: int = 100  # held-out problems of a generated task (its share of the space: eval_fraction)
+    curriculum: CurriculumSettings = field(default_factory=lambda: CurriculumSettings())
 
 
 @dataclass
@@ -151,12 +173,21 @@ class OnTimeout(StrEnum):
 
 
 @dataclass
+class TaskMetricSettings:
+    """Held-out and training task metrics from one part's scores (grpo_exp/rewards/task_metrics.py)."""
+
+    part: str | None = None  # the part whose ceiling means "solved"; None: no task metrics
+    k: list[int] = field(default_factory=lambda: [1])  # pass@k for each k (up to the samples per prompt)
+
+
+@dataclass
 class RewardSettings:
     # Typed as Any so `+reward.parts.<name>={fn: ..., weight: ...}` can add a part from the command
     # line (OmegaConf refuses new keys of a dataclass type); to_settings checks each part instead.
     parts: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 600.0  # 0: no limit
     on_timeout: OnTimeout = OnTimeout.skip
+    task_metrics: TaskMetricSettings = field(default_factory=TaskMetricSettings)
 
 
 @dataclass

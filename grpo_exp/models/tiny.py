@@ -15,6 +15,7 @@ import dataclasses
 import fcntl
 import functools
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import logging
@@ -55,6 +56,8 @@ def recipe_key(recipe: TinyRecipe) -> str:
     digest.update(chat_template().encode())
     for name in corpus_files(recipe):
         digest.update(shipped_file(name).read_bytes())
+    if recipe.scenarios.get("task"):  # its problems are reasoning-gym's: another release may draw others
+        digest.update(f"reasoning-gym={importlib.metadata.version('reasoning-gym')}".encode())
     return digest.hexdigest()[:12]
 
 
@@ -147,7 +150,7 @@ def train_tokenizer(corpus: list[Example], vocab_size: int):  # -> PreTrainedTok
     from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = _pre_tokenizer(agent=any(ex.tools for ex in corpus))
+    core.pre_tokenizer = _pre_tokenizer(digits=any(ex.tools or ex.scenario == "task" for ex in corpus))
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -170,15 +173,16 @@ def train_tokenizer(corpus: list[Example], vocab_size: int):  # -> PreTrainedTok
     )
 
 
-def _pre_tokenizer(agent: bool):
-    """Byte-level words as GPT-2 splits them; for an agent, identifiers cut into their letters and single
-    digits and the rest merged freely: the template's tool preamble and a call's fixed JSON become a
-    few tokens each, and any order number is the same tokens wherever it stands, so the model can copy
-    it into a call digit after digit, the letters before it its anchor in the request (without one,
-    a 1M-parameter model copied five digits right in 2 % of its calls)."""
+def _pre_tokenizer(digits: bool):
+    """Byte-level words as GPT-2 splits them; for an agent or a task's numbers (``digits``), identifiers cut
+    into their letters and single digits and the rest merged freely: the template's tool preamble and a
+    call's fixed JSON become a few tokens each, and any number is the same tokens wherever it stands, so
+    the model can copy it into a call digit after digit, the letters before it its anchor in the request
+    (without one, a 1M-parameter model copied five digits right in 2 % of its calls), and a sum is worked
+    digit by digit."""
     from tokenizers import Regex, pre_tokenizers
 
-    if not agent:
+    if not digits:
         return pre_tokenizers.ByteLevel(add_prefix_space=False)
     return pre_tokenizers.Sequence(
         [

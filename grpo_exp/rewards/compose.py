@@ -26,6 +26,7 @@ from grpo_exp.errors import UserError
 from grpo_exp.rewards import registry
 from grpo_exp.rewards.solved import SolvedTally, group_bounds
 from grpo_exp.rewards.stages import STAGE_METRIC, StageGate
+from grpo_exp.rewards.task_metrics import log_task_metrics
 from grpo_exp.rewards.user import CallStyle, resolve
 
 log = logging.getLogger("grpo_exp.rewards")
@@ -67,6 +68,7 @@ class WeightedReward:
         if self.ceiling is not None and not math.isfinite(self.ceiling):
             raise UserError(f"reward.parts.{name}.ceiling={part.ceiling}: give the part's best score, or null")
         self.tally: SolvedTally | None = None  # shared by a reward's parts (build_rewards)
+        self.task_ks: tuple[int, ...] | None = None  # the pass@k this part logs (reward.task_metrics.part)
         self._last: tuple[list[Any], list[float | None]] | None = None  # TRL scores one batch part by part
         self._warned_infinite = False  # an infinite score is warned about once per job
         if self.params and self.style is CallStyle.ARTICLE:
@@ -77,8 +79,11 @@ class WeightedReward:
 
     def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
         scores = self._call(prompts, completions, **kwargs)
+        log_metric = kwargs.get("log_metric")
         if self.tally is not None:
-            self.tally.report(self.__name__, prompts, completions, scores, kwargs.get("log_metric"))
+            self.tally.report(self.__name__, prompts, completions, scores, log_metric)
+        if self.task_ks is not None and self.ceiling is not None and log_metric is not None:
+            log_task_metrics(prompts, scores, self.ceiling, self.task_ks, log_metric)
         return scores
 
     def _call(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
@@ -218,7 +223,22 @@ def build_rewards(settings: RewardSettings) -> tuple[list[WeightedReward], list[
     tally = SolvedTally({f.__name__: f.ceiling for f in functions}, dict(zip(settings.parts, weights, strict=True)))
     for function in functions:
         function.tally = tally
+    if (task_part := settings.task_metrics.part) is not None:
+        _measure_task(built, task_part, settings.task_metrics.k)
     return functions, weights
+
+
+def _measure_task(built: dict[str, WeightedReward], name: str, ks: list[int]) -> None:
+    """Make part ``name`` log the task metrics; it needs a ceiling, the score that means solved."""
+    if name not in built:
+        raise UserError(f"reward.task_metrics.part={name}: no such part (parts: {', '.join(built)})")
+    if built[name].ceiling is None:
+        raise UserError(
+            f"reward.task_metrics.part={name}: the part declares no best score; set reward.parts.{name}.ceiling"
+        )
+    if not ks or any(not isinstance(k, int) or k < 1 for k in ks):
+        raise UserError(f"reward.task_metrics.k={list(ks)}: give whole numbers of samples, each at least 1")
+    built[name].task_ks = tuple(ks)
 
 
 def _scaling_order(parts: dict[str, RewardPart]) -> list[str]:

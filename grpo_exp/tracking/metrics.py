@@ -22,6 +22,8 @@ TRAINING_COUNTERPART = {
     "best_eval_reward": "peak_reward",
     "first_eval_reward": "first_reward",
 }
+# The task metric a sweep may rank on (config `objective`), from the reward's task metrics (rewards/task_metrics.py).
+EVAL_PASS1 = "eval/pass@1"
 # Trainer logs an evaluation with this prefix (``eval_reward``); W&B and metrics.jsonl show ``eval/reward``.
 TRAINER_EVAL_PREFIX = "eval_"
 EVAL_PREFIX = "eval/"
@@ -97,6 +99,23 @@ def summarize_eval(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "best_eval_reward": max(rewards, default=None),
         "final_eval_reward_std": stds[-1] if stds else None,
         "eval_parts": {k.split("/")[2]: values[-1] for k in per_part if (values := _series(rows, k))},
+        **_task_metrics(rows, base),
+    }
+
+
+def _task_metrics(rows: list[dict[str, Any]], base: list[dict[str, Any]]) -> dict[str, Any]:
+    """The held-out task metrics (``eval/mean@n``, ``eval/pass@k``): base model's and final, and pass@1's
+    first, final and best, which a sweep may rank on; nothing for a job without them."""
+    keys = sorted({k for row in rows for k in row if k.startswith((EVAL_PREFIX + "mean@", EVAL_PREFIX + "pass@"))})
+    if not keys:
+        return {}
+    passes = _series(rows, EVAL_PASS1)
+    return {
+        "base_eval_task": {k.removeprefix(EVAL_PREFIX): values[0] for k in keys if (values := _series(base, k))},
+        "eval_task": {k.removeprefix(EVAL_PREFIX): values[-1] for k in keys if (values := _series(rows, k))},
+        "first_eval_pass@1": passes[0] if passes else None,
+        "final_eval_pass@1": passes[-1] if passes else None,
+        "best_eval_pass@1": max(passes, default=None),
     }
 
 

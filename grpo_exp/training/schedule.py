@@ -35,6 +35,7 @@ from grpo_exp.training import checkpoints, ranks
 from grpo_exp.training.callbacks import RungEnd, StageBounds
 from grpo_exp.training.checkpoints import ResumePoint
 from grpo_exp.training.collapse.rollback import RollbackStages
+from grpo_exp.training.curriculum import CurriculumStages
 from grpo_exp.training.group_choice import Choice, choose
 from grpo_exp.training.profile import Sampler, sample_rows
 from grpo_exp.training.stage import Schedule, Stage
@@ -49,6 +50,8 @@ def schedule_for(
 ) -> Schedule:
     if spec.settings.adaptive.enabled:
         return AdaptiveStages(spec, folder, point, stop)
+    if spec.settings.dataset.curriculum.enabled:
+        return CurriculumStages(spec, folder, point, stop)
     if spec.settings.monitor.on_collapse is not OnCollapse.warn:
         return RollbackStages(spec, folder, monitor, point, stop)
     return OneStage(spec, point)

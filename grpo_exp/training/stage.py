@@ -23,6 +23,7 @@ class Stage:
     final: bool  # the run's last stage: the monitor's end-of-run checks follow it
     prompts: Any = None  # datasets.Dataset of the kept training prompts; None: all of them
     callbacks: list[TrainerCallback] = field(default_factory=list)
+    new_data: bool = False  # its prompts are not the checkpoint's (a curriculum's next level): no position to restore
 
     @property
     def trained(self) -> bool:

@@ -115,7 +115,7 @@ def build_trainer(
         report_to_wandb=tracked,
         held_out=0 if held_out is None else len(held_out),
     )
-    args.ignore_data_skip = stage.prompts is not None  # a stage's kept prompts: no data position to restore
+    args.ignore_data_skip = stage.prompts is not None or stage.new_data  # no data position of theirs to restore
     args.eval_on_start = args.eval_on_start and stage.resume_from is None  # once, before step 1
     _ = args.device  # the distributed state (and DeepSpeed's config) exist before the weights load
     model = models.load_model(settings.model, path, spec.layout)
