@@ -9,6 +9,7 @@ so every name is here and nowhere else:
 - ``run_info.json``: provenance, the model's source, the W&B run to continue, each resume;
 - ``plan.json``: the memory plan predicted at the start (``python -m grpo_exp.plan``);
 - ``adaptive_profiles.jsonl``: an adaptive run's profile and choice before each stage;
+- ``evaluations.jsonl``: scores of its weights taken after training (``python -m grpo_exp.job.evaluate``);
 - ``error.txt``: the traceback of a failed job;
 - ``checkpoint-<step>/`` (sealed by ``grpo_exp_state.json``), ``model/``, ``wandb/``;
 - ``.hydra/overrides.yaml``: Hydra's record of the job's overrides;
@@ -43,6 +44,7 @@ SUMMARY_FILE = "summary.json"
 RUN_INFO_FILE = "run_info.json"
 PLAN_FILE = "plan.json"
 PROFILES_FILE = "adaptive_profiles.jsonl"
+EVALUATIONS_FILE = "evaluations.jsonl"
 ERROR_FILE = "error.txt"
 OVERRIDES_FILE = ".hydra/overrides.yaml"
 LOCK_FILE = ".job.lock"
@@ -182,6 +184,9 @@ class JobFolder:
 
     def append_profile(self, entry: dict[str, Any]) -> None:
         append_line(self.profiles_file, entry)
+
+    def append_evaluation(self, entry: dict[str, Any]) -> None:
+        append_line(self.path / EVALUATIONS_FILE, entry)
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:

@@ -21,7 +21,7 @@ from transformers import TrainerCallback
 from grpo_exp.folder import JobFolder
 from grpo_exp.spec import JobSpec
 from grpo_exp.tasks.curriculum import LEVEL_METRIC, at_level, last_level
-from grpo_exp.tracking.metrics import EVAL_PREFIX, TRAINER_EVAL_PREFIX, training_rows
+from grpo_exp.tracking.metrics import EVAL_PREFIX, TRAINER_EVAL_PREFIX
 from grpo_exp.training import checkpoints, ranks
 from grpo_exp.training.checkpoints import ResumePoint
 from grpo_exp.training.stage import Stage
@@ -60,21 +60,11 @@ class CurriculumStages:
     def next_stage(self, previous: Any) -> Stage | None:
         settings = self.spec.settings
         if previous is not None:
-            step = previous.state.global_step
-            if step >= settings.grpo.max_steps or self.stop.signum is not None or self.watch is None:
+            if self.watch is None or self.watch.passed is None:  # the last level, or a stage that ended unpassed
                 return None
-            if self.watch.passed is None:  # the stage ended without passing (stopped when solved, say)
+            self._raise(previous.state.global_step, self.watch.passed)
+            if previous.state.global_step >= settings.grpo.max_steps or self.stop.signum is not None:
                 return None
-            log.info(
-                "step %d: %s %.3f reached %g: curriculum level %d -> %d",
-                step,
-                self.curriculum.metric,
-                self.watch.passed,
-                self.curriculum.raise_at,
-                self.level,
-                self.level + 1,
-            )
-            self.level += 1
             self.checkpoint = ranks.decided_by_primary(lambda: checkpoints.latest(self.folder.path))
         final = self.level >= self.last
         self.watch = None if final else LevelUp(self.curriculum.metric, self.curriculum.raise_at)
@@ -83,10 +73,27 @@ class CurriculumStages:
             stage_settings, self.checkpoint, final=final, callbacks=[self.watch] if self.watch else [], new_data=True
         )
 
+    def _raise(self, step: int, passed: float) -> None:
+        """One level up, recorded at the step that passed (a row of metrics.jsonl), so a resume from that
+        step's checkpoint goes on at the new level even when the run ended there."""
+        log.info(
+            "step %d: %s %.3f reached %g: curriculum level %d -> %d",
+            step,
+            self.curriculum.metric,
+            passed,
+            self.curriculum.raise_at,
+            self.level,
+            self.level + 1,
+        )
+        self.level += 1
+        if self.spec.layout.primary:
+            self.folder.append_row({"step": step, LEVEL_METRIC: self.level})
+
     def publish(self, run: Any) -> None:
         return None
 
     def _resumed_level(self, step: int) -> int:
-        """The level of the last training step the checkpoint holds (metrics.jsonl is rewound to it)."""
-        levels = [r[LEVEL_METRIC] for r in training_rows(self.folder.rows()) if LEVEL_METRIC in r and r["step"] <= step]
+        """The level of the last step the checkpoint holds, or the one it was raised to there (metrics.jsonl is
+        rewound to the checkpoint)."""
+        levels = [r[LEVEL_METRIC] for r in self.folder.rows() if LEVEL_METRIC in r and r["step"] <= step]
         return round(levels[-1]) if levels else self.curriculum.start_level
