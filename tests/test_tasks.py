@@ -43,7 +43,7 @@ def test_a_task_job_checks_and_its_rewards_read_the_task_entry(settings):
     [
         (["dataset.task=chain_sun"], "no such reasoning-gym task; did you mean chain_sum"),
         (["+dataset.task_settings.digits=2"], "chain_sum takes no setting 'digits'; its settings: min_terms"),
-        (["dataset.task_settings.max_terms=1"], "refused: max_terms must be >= min_terms"),
+        (["+dataset.task_settings.max_terms=1"], "refused: max_terms must be >= min_terms"),
         (["dataset.task=null"], "needs a task"),
         (["dataset.curriculum.enabled=true", "dataset.curriculum.start_level=99"], "levels run from 0 to 10"),
         (["dataset.curriculum.enabled=true", "dataset.eval_fraction=0"], "judged on held-out evaluations"),
