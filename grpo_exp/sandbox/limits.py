@@ -37,6 +37,10 @@ class Limits:
     max_output_bytes: int = MIB  # stdout and stderr each of a run (a graded program's go to /dev/null)
     max_message_bytes: int = 4 * MIB  # one result message from the child
     workdir_mb: int = 16  # size of the private working folder where it is a tmpfs (bwrap)
+    # Files, folders, links and System V IPC objects a forked program may leave for its fork server to
+    # remove. More, and the fork server is discarded and replaced instead of walking them: a
+    # clean-up then costs at most about as much as a fork server's start (see zygote.py).
+    max_leftovers: int = 1000
     max_restarts: int = 2  # fresh interpreters after a test killed the previous one
     # Where a problem has a reference solution, its slowest test sets the per-test limit:
     # this many times its time, at least ``min_test_timeout_s``, at most ``test_timeout_s``.
