@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # in the sandbox these come from child.py, whose source runs 
 
 MAX_REQUEST_BYTES = 65536
 FDS_PER_PROGRAM = 2  # the request pipe's read end and the reply pipe's write end
+MAX_JOIN_FDS = 8  # the program cgroup's join files, one per hierarchy, with the first clean-up request
 SYS_CLOSE_RANGE = 436  # close_range(2), Linux 5.9+: the same number on every architecture
 LAST_FD = 0xFFFFFFFF  # close_range's "and every fd above"
 PR_SET_DUMPABLE = 4
@@ -77,13 +78,15 @@ def _serve_forks():
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/<pid>/mem: see the docstring
     workdir = os.getcwd()
     baseline = _inodes_used(workdir)  # the empty folder's own
-    spare = None  # forked once the parent has moved us into the cgroup: its first clean-up request
+    spare = None  # forked at the parent's first clean-up request, which brings the cgroup's join files
+    joins = []
     _answer(control, b"ready", None)  # the kernel attaches our pid for the parent
     while True:
         try:
-            data = control.recv(MAX_REQUEST_BYTES)
+            data, fds, _flags, _address = socket.recv_fds(control, MAX_REQUEST_BYTES, MAX_JOIN_FDS)
         except OSError:
-            data = b""
+            data, fds = b"", []
+        joins += fds
         if not data:
             os._exit(0)  # the parent is gone (an unused spare follows: its socket closes)
         request = marshal.loads(data)  # the only request: clean up after the spare's program
@@ -91,7 +94,7 @@ def _serve_forks():
             os.waitpid(spare[0], 0)  # the parent has killed it
             spare = None
         if _clean(workdir, baseline, request["uid"], max_leftovers):
-            spare = _fork_spare(null, closes_range)
+            spare = _fork_spare(null, closes_range, joins)
             _answer(control, b"clean", spare)
         else:
             _answer(control, b"dirty", None)
@@ -107,16 +110,19 @@ def _answer(control, word, spare):
         spare[1].close()
 
 
-def _fork_spare(null, closes_range):
+def _fork_spare(null, closes_range, joins):
     """Fork the next program's process ahead of its request: (pid, socket its request comes on).
 
     It is forked only after the last program was cleaned up and runs nothing but this trusted
-    code while it waits for the request, which the parent sends it directly.
+    code while it waits for the request, which the parent sends it directly. First it moves
+    itself into the program cgroup (``joins``: see zygote_handle), or exits.
     """
     line, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
         try:
+            for fd in joins:
+                os.write(fd, b"0")  # this thread, the process's only one
             kept = theirs.fileno()
             for fd in (0, 1, 2):
                 os.dup2(null, fd)

@@ -1,17 +1,21 @@
 """The trainer's handle on one zygote (``zygote``): its bwrap process, control socket and program cgroup.
 
-A zygote lives in the trainer's cgroup and runs only trusted code. Each program process it
-forks is moved, before it runs anything of its own, into a cgroup the zygote keeps for its
-programs (memory ``memory_mb``, ``max_processes`` processes): a program that runs out of memory
-meets the OOM killer there, among its own processes alone, so no program can have the zygote
-killed for its memory, whatever oom_score_adj it gives itself (it may lower the 1000 it starts
-with: without CAP_SYS_RESOURCE no writer can make the kernel hold that as a floor).
+A zygote lives in the trainer's cgroup and runs only trusted code. Each process it forks for a
+program moves itself, before it runs anything of the program's, into a cgroup the zygote keeps
+for its programs (memory ``memory_mb``, ``max_processes`` processes), through files the parent
+opened and handed the zygote once (``SnippetCgroup.self_join_files``). A program that runs out
+of memory meets the OOM killer there, among its own processes alone: no program can have its
+zygote killed for its memory, whatever oom_score_adj it gives itself. (It may lower the 1000 it
+starts with: the kernel keeps a floor only when the writer holds CAP_SYS_RESOURCE, which even
+root lacks in some containers.) Before, zygote and program shared one cgroup, and a program
+that lowered its score to 0 and held memory outside its RSS (memfd pages) got the zygote killed.
 """
 
 from __future__ import annotations
 
 import logging
 import marshal
+import os
 import select
 import socket
 import struct
@@ -101,15 +105,22 @@ class Zygote:
     def wait_ready(self, limits: Limits) -> None:
         """Wait until the zygote has set itself up, make its program cgroup, ask for its first spare.
 
-        Raises ZygoteLost or ChildTimeout. The spare comes as the answer to a first clean-up.
+        Raises ZygoteLost or ChildTimeout. The spare comes as the answer to a first clean-up, which
+        hands the zygote the program cgroup's join files: each spare moves itself in.
         """
         self.pid = self._answer(b"ready", time.monotonic() + ZYGOTE_START_TIMEOUT_S)
-        if limits.cgroup and cgroups.hierarchies():
-            self.cgroup = SnippetCgroup(cgroups.hierarchies(), limits.memory_mb * MIB, limits.max_processes)
-        self.clean_later(None)
+        joins: list[int] = []
+        try:
+            if limits.cgroup and cgroups.hierarchies():
+                self.cgroup = SnippetCgroup(cgroups.hierarchies(), limits.memory_mb * MIB, limits.max_processes)
+                joins = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in self.cgroup.self_join_files()]
+            self.clean_later(None, joins)
+        finally:
+            for fd in joins:
+                os.close(fd)
 
     def collect(self) -> None:
-        """Take the last clean-up's answer, there already (``settled``), and move its spare into the program cgroup.
+        """Take the last clean-up's answer, there already (``settled``), and the pid of the spare it brought.
 
         Raises ZygoteLost unless the zygote answered "clean" and the spare is there.
         """
@@ -120,13 +131,7 @@ class Zygote:
                 self._cleaning_since = None
                 self._release_cleaning_uid()
         if self._spare_pid is None:
-            pid = self._only_child()  # the zygote reaps nothing of it before our next clean-up request
-            try:
-                if self.cgroup is not None:
-                    self.cgroup.add(pid)
-            except OSError as exc:
-                raise ZygoteLost(f"the fork server's process could not join its cgroup: {exc}") from None
-            self._spare_pid = pid
+            self._spare_pid = self._only_child()  # the zygote reaps nothing of it before our next clean-up request
 
     def start(self, settings: dict, fds: Sequence[int]) -> int:
         """Hand ``settings`` and the program's ``fds`` to the spare (``collect`` first); its pid. Raises ZygoteLost."""
@@ -141,13 +146,14 @@ class Zygote:
             raise ZygoteLost(f"the fork server's process is gone: {exc}") from None
         return pid
 
-    def clean_later(self, lease: UidLease | None) -> None:
+    def clean_later(self, lease: UidLease | None, fds: Sequence[int] = ()) -> None:
         """Ask for the last program's clean-up without waiting: ``collect`` takes the answer.
 
-        ``lease`` (the program's uid, which the clean-up runs as) is released once it is done.
+        ``lease`` (the program's uid, which the clean-up runs as) is released once it is done;
+        ``fds`` go with the request (the program cgroup's join files, with the first).
         """
         try:
-            self.control.send(marshal.dumps({"uid": lease.uid if lease else None}))
+            socket.send_fds(self.control, [marshal.dumps({"uid": lease.uid if lease else None})], list(fds))
         except OSError as exc:
             raise ZygoteLost(f"fork server gone: {exc}") from None
         self._cleaning_since = time.monotonic()
