@@ -156,6 +156,7 @@ class Launcher:
 @cache
 def _bwrap_prefix(unprivileged: bool, workdir_mb: int) -> tuple[str, ...]:
     """bwrap's options (computed once per settings: they only read the host); the caller ends them with ``--``."""
+    # --die-with-parent follows the thread that starts bwrap, not the trainer: see launch_thread
     args = [_tool("bwrap"), *BWRAP_NAMESPACES, "--die-with-parent", "--new-session"]
     if unprivileged:
         args.append("--unshare-user")  # namespaces need a user namespace without root

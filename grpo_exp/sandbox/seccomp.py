@@ -58,16 +58,14 @@ ABIS = {
 
 def program(abi: Abi) -> bytes:
     """The filter for ``abi`` as ``struct sock_filter`` array: deny its keyring calls and any other ABI."""
-    checks = list(abi.denied)
-    steps = [(LOAD_WORD, 0, 0, ARCH_OFFSET)]
-    # every jump below is relative to the next instruction; FAIL is the last one, ALLOW the one before
-    after_arch = 1 + (abi.other_abi_bit is not None) + len(checks) + 1
-    steps.append((JUMP_IF_EQUAL, 0, after_arch, abi.audit_arch))
+    other_abi = abi.other_abi_bit is not None
+    # a jump skips that many instructions: FAIL is the last instruction, ALLOW the one before it
+    steps = [(LOAD_WORD, 0, 0, ARCH_OFFSET), (JUMP_IF_EQUAL, 0, 1 + other_abi + len(abi.denied) + 1, abi.audit_arch)]
     steps.append((LOAD_WORD, 0, 0, NR_OFFSET))
-    if abi.other_abi_bit is not None:
-        steps.append((JUMP_IF_AT_LEAST, len(checks) + 1, 0, abi.other_abi_bit))
-    for n, number in enumerate(checks):
-        steps.append((JUMP_IF_EQUAL, len(checks) - n, 0, number))
+    if other_abi:
+        steps.append((JUMP_IF_AT_LEAST, len(abi.denied) + 1, 0, abi.other_abi_bit))
+    for n, number in enumerate(abi.denied):
+        steps.append((JUMP_IF_EQUAL, len(abi.denied) - n, 0, number))
     steps += [(RETURN, 0, 0, ALLOW), (RETURN, 0, 0, FAIL)]
     return b"".join(INSTRUCTION.pack(*step) for step in steps)
 

@@ -66,16 +66,16 @@ class ZygoteLost(Exception):
 class Zygote:
     """One fork server process (bwrap + the trusted ``zygote`` code), its control socket and program cgroup.
 
-    Its programs run one at a time in ``cgroup``, made once per zygote: the spare waiting for the
-    next program is moved in when the zygote hands it over (``collect``), before the program's
-    clock starts. Pages a program copies from the zygote count as the program's.
+    Its programs run one at a time in ``cgroup``, made once per zygote: each process the zygote
+    forks for a program moves itself in first, before the program's clock starts (see the module
+    docstring). Pages a program copies from the zygote count as the program's.
     """
 
     def __init__(self, launcher: Launcher, limits: Limits, launch: LaunchThread) -> None:
         self.pid: int | None = None  # the zygote's, once it said it is ready
         self.cgroup: SnippetCgroup | None = None
         self._spare: socket.socket | None = None  # to the process forked for the next program
-        self._spare_pid: int | None = None  # that process, once it is in the program cgroup
+        self._spare_pid: int | None = None  # that process's pid, once collected
         self._cleaning_since: float | None = None  # when the clean-up now unanswered was asked for
         self._cleaning_as: UidLease | None = None  # the uid it runs as, released once it is answered
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
