@@ -15,6 +15,7 @@ import json
 import logging
 import marshal
 import os
+import platform
 import resource
 import secrets
 import select
@@ -29,10 +30,11 @@ from pathlib import Path
 import pytest
 
 from grpo_exp.errors import UserError
-from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes, cgroups, child, isolation
+from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes, cgroups, child, isolation, seccomp
 from grpo_exp.sandbox.codec import CodecError, decode, encode, is_plain
 from grpo_exp.sandbox.grading import compile_suite
 
+ROOT_DIR = Path(__file__).resolve().parents[1]
 LIMITS = Limits(timeout_s=2.5, test_timeout_s=0.75, memory_mb=256, max_output_bytes=64 * 1024)
 TIME_SLACK_S = 3.0  # process start, restarts and clean-up on a loaded 2-core machine
 LEFTOVER_GRACE_S = 2.0
@@ -414,6 +416,44 @@ def test_limits_are_set_in_the_child(sandbox):
     mib = 1024 * 1024
     processes = 16 if cgroups.hierarchies() else 1  # no cgroup for the whole snippet: no forks
     assert run.stdout.decode().strip() == str([256 * mib, processes, 64, mib])
+
+
+KEYRING_TRAINER = r"""
+import ctypes, json, platform, sys
+from grpo_exp.sandbox import Sandbox, TestSpec, seccomp
+add_key, _request_key, keyctl = seccomp.ABIS[platform.machine()].denied
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.syscall(keyctl, 1, None) > 0  # KEYCTL_JOIN_SESSION_KEYRING: as under a login; programs inherit it
+isolation, fork_server, description = sys.argv[1], sys.argv[2] == "True", sys.argv[3]
+head = f"import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nDESC = {description.encode()!r}\n"
+add = head + (  # into the session keyring, then the user keyring
+    "def add():\n"
+    f"    keys = [libc.syscall({add_key}, b'user', DESC, b'an earlier program', 18, ring) for ring in (-3, -4)]\n"
+    "    return [keys, ctypes.get_errno()]\n"
+)
+find = head + f"def find():\n    return libc.syscall({keyctl}, 10, -3, b'user', DESC, 0)\n"  # KEYCTL_SEARCH
+with Sandbox(isolation=isolation, workers=1, cache_size=0, fork_server=fork_server) as box:
+    added = box.grade(add, TestSpec.mbpp(["assert add() == [[-1, -1], 1]"])).fraction  # EPERM
+    found = box.grade(find, TestSpec.mbpp(["assert find() == -1"])).fraction
+with open("/proc/keys") as fh:
+    print(json.dumps([added, found, description in fh.read()]))
+"""
+
+
+@pytest.mark.skipif(platform.machine() not in seccomp.ABIS, reason="no seccomp filter for this architecture")
+def test_kernel_keyrings_are_out_of_reach(sandbox):
+    """Issue 51: keyrings are not namespaced and nothing cleans them, so no program may touch them.
+
+    The trainer has a session keyring, as under a login or systemd: before, a program's key there
+    was read by the next program, under another uid, and showed in the host's /proc/keys (and a
+    key in its user keyring outlived the run, for the next run's program with the same uid).
+    """
+    description = f"grpo-keyring-{secrets.token_hex(4)}"
+    argv = [sys.executable, "-c", KEYRING_TRAINER, sandbox.mode, str(sandbox.fork_server), description]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, cwd=ROOT_DIR)
+    assert done.returncode == 0, done.stderr[-2000:]
+    added, found, on_host = json.loads(done.stdout.splitlines()[-1])
+    assert [added, found, on_host] == [1.0, 1.0, False]
 
 
 # -- correct solutions score full marks ------------------------------------------------------------

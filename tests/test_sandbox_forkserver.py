@@ -10,6 +10,7 @@ run on the fork server too (it is the default under bwrap).
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import json
 import os
@@ -17,15 +18,21 @@ import signal
 import textwrap
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
-from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes, cgroups, forkserver, pool
+from grpo_exp.deadline import within
+from grpo_exp.rewards import code as code_rewards
+from grpo_exp.rewards.registry import get
+from grpo_exp.sandbox import Limits, Sandbox, TestSpec, available_modes, cgroups, pool, zygote_handle
 
 pytestmark = pytest.mark.skipif("bwrap" not in available_modes(), reason="the fork server runs under bwrap")
 
-HUMANEVAL = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "humaneval" / "HumanEval.jsonl.gz"
+ROOT = Path(__file__).resolve().parents[1]
+HUMANEVAL = ROOT / "benchmarks" / "data" / "humaneval" / "HumanEval.jsonl.gz"
 LIMITS = Limits(timeout_s=5, test_timeout_s=2, memory_mb=256)
 
 
@@ -315,7 +322,7 @@ def _is_open(fd: int) -> bool:
 
 def test_a_stuck_fork_server_holds_up_no_program(monkeypatch):
     """A zygote that stops answering is passed over, then replaced; no program waits on it."""
-    monkeypatch.setattr(forkserver, "CLEANUP_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(zygote_handle, "CLEANUP_TIMEOUT_S", 0.5)
     with Sandbox(LIMITS, isolation="bwrap", workers=1, cache_size=0) as sandbox:
         stuck = _zygote_pids(sandbox)[0]
         os.kill(stuck, signal.SIGSTOP)  # its process for the next program still runs; its clean-up never will
@@ -335,3 +342,119 @@ def test_a_stuck_fork_server_holds_up_no_program(monkeypatch):
         finally:
             with contextlib.suppress(ProcessLookupError):  # replaced: killed with its namespace
                 os.kill(stuck, signal.SIGCONT)
+
+
+# -- issue 51: what one program, or the trainer's threads, cost the others --------------------------
+
+MANY_FOLDERS = 200_000  # made while loading: about 1.5 s to make, 7 s to walk away on the code before the fix
+
+
+def _shipped_reward() -> tuple[dict, float]:
+    """``code_tests``'s params as the shipped code_generation reward sets them (on bwrap), and its time limit."""
+    reward = yaml.safe_load((ROOT / "conf" / "reward" / "code_generation.yaml").read_text())
+    return reward["parts"]["tests"]["params"] | {"isolation": "bwrap", "fork_server": True}, reward["timeout_s"]
+
+
+@pytest.fixture
+def reward_sandboxes():
+    """The code reward's own sandboxes, as a trainer gets them; those this test made are closed after it."""
+    before = set(code_rewards._sandboxes)
+    yield
+    for key in set(code_rewards._sandboxes) - before:
+        code_rewards._sandboxes.pop(key).close()
+
+
+def test_a_program_that_leaves_a_mess_costs_no_other_program_its_score(reward_sandboxes):
+    """Issue 51: 4 candidates leave 200,000 folders each; the 8 correct ones of the same call still score 1.0.
+
+    Called as the trainer calls it (its columns, its params, from a reward thread of its own) on
+    HumanEval/0. Before, a correct candidate waited for a zygote still walking an attacker's
+    folders, and the wait counted against its load limit: [0, 0, 1, 1, 1, 1, 1, 1].
+    """
+    with gzip.open(HUMANEVAL, "rt") as fh:
+        row = json.loads(fh.readline())
+    correct = row["prompt"] + row["canonical_solution"]
+    mess = f"import os\nfor _n in range({MANY_FOLDERS}):\n    os.mkdir('d%d' % _n)\n"
+    completions = [f"{mess}{correct}# attacker {n}\n" for n in range(4)]
+    completions += [f"{correct}# correct {n}\n" for n in range(8)]
+    columns = {name: [row[name]] * len(completions) for name in ("test", "entry_point", "canonical_solution")}
+    params, limit_s = _shipped_reward()
+    call = functools.partial(get("code_tests"), completions, prompts=[row["prompt"]] * len(completions), **columns)
+    scores = within(lambda: call(**params), limit_s, "reward-tests")
+    assert scores[4:] == [1.0] * 8, scores
+
+
+def test_a_clean_up_stops_at_max_leftovers_and_the_zygote_is_replaced_instead(monkeypatch):
+    """Leftovers beyond ``max_leftovers`` (files, or hard links to one file) are not walked: the zygote goes.
+
+    Fewer are removed by the zygote that served the program, as ever. Either way the next program
+    (on the same zygote, or its replacement: there is one) finds an empty folder.
+    """
+    monkeypatch.setattr(pool, "ZYGOTES_PER_WORKER", 1)
+    limits = replace(LIMITS, max_leftovers=50)
+    leave = textwrap.dedent("""
+        import os
+        def leave(count, links):
+            open("f", "w").close()
+            for n in range(count):
+                os.link("f", f"l{n}") if links else open(f"f{n}", "w").close()
+            return len(os.listdir("."))
+    """)
+    look = "import os\ndef look():\n    return os.listdir('.')\n"
+    with Sandbox(limits, isolation="bwrap", workers=1, cache_size=0) as sandbox:
+        for count, links, restarts in [(20, False, 0), (200, False, 1), (200, True, 2)]:
+            code = f"{leave}# {count} {links}\n"
+            assert _grade(sandbox, code, f"assert leave({count}, {links}) == {count + 1}") == 1.0
+            assert _grade(sandbox, look, "assert look() == []") == 1.0
+            assert sandbox._source.restarts == restarts
+
+
+def test_zygotes_outlive_the_thread_that_started_them():
+    """Reward parts run in a thread per call: the sandbox made in the first call must serve the next ones.
+
+    bwrap's --die-with-parent kills a sandbox when the thread that started it exits; before, every
+    zygote died with the first call's thread, and the next call scored 0 ("OSError while loading").
+    """
+    made: list[Sandbox] = []
+    first_call = threading.Thread(target=lambda: made.append(Sandbox(LIMITS, isolation="bwrap", workers=1)))
+    first_call.start()
+    first_call.join()
+    with made[0] as sandbox:
+        pids = _zygote_pids(sandbox)
+        time.sleep(0.3)  # what the kernel does when the thread exits
+        assert _grade(sandbox, "def add(a, b):\n    return a + b\n", "assert add(1, 2) == 3") == 1.0
+        assert sandbox._source.restarts == 0
+        assert sorted(_zygote_pids(sandbox)) == sorted(pids)
+
+
+def test_a_program_out_of_memory_never_takes_its_zygote_with_it(box):
+    """It lowers its oom_score_adj and fills its budget with memfd pages, which are in no process's RSS.
+
+    Before, it shared its zygote's memory cgroup, and the OOM killer took the zygote, the largest
+    process there once the program no longer ranked first (twice: the program was graded again).
+    Now its cgroup holds the program alone.
+    """
+    if not cgroups.hierarchies():
+        pytest.skip("no cgroup: memory is RLIMIT_AS per process, and forks are refused")
+    bomb = """
+        import os, time
+        def bomb():
+            with open("/proc/self/oom_score_adj", "w") as fh:
+                fh.write("0")
+            for _ in range(12):
+                if os.fork() == 0:
+                    try:
+                        for _ in range(60):  # 60 MiB each, 1 MiB at a time (RLIMIT_FSIZE)
+                            os.write(os.memfd_create("held"), b"x" * (1024 * 1024 - 1))
+                    except OSError:
+                        pass
+                    time.sleep(1)
+                    os._exit(0)
+            time.sleep(1.5)
+            return 0
+    """
+    pids = _zygote_pids(box)
+    _grade(box, bomb, "assert bomb() == 0")
+    assert box._source.restarts == 0
+    assert _zygote_pids(box) == pids
+    assert _grade(box, "def add(a, b):\n    return a + b\n", "assert add(1, 2) == 3") == 1.0

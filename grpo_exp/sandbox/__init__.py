@@ -5,17 +5,19 @@ So each snippet gets:
 
 - a process of its own, in a new session, with no stdin, an environment holding nothing of the
   trainer's, and a private working folder emptied afterwards. Under bwrap it is forked from a
-  ready interpreter (``zygote``, ``forkserver``): a long-lived ``python -I -S`` (two per worker) that
-  has run only trusted code, cleans up after each snippet (files, System V IPC) before it forks
-  the next, and is replaced when it cannot; elsewhere it is a fresh interpreter started for it
-  alone (``process``), booted one snippet ahead to hide the start-up latency (``spares``);
+  ready interpreter (``zygote``, ``zygote_handle``, ``forkserver``): a long-lived ``python -I -S``
+  (two per worker) that has run only trusted code, cleans up after each snippet (files, System V
+  IPC; at most ``max_leftovers`` of them) before it forks the next, and is replaced when it
+  cannot; waiting for one is never a snippet's time. Elsewhere it is a fresh interpreter started
+  for it alone (``process``), booted one snippet ahead to hide the start-up latency (``spares``);
 - kernel limits on CPU time, address space, file size, processes and open files, plus
   wall-clock timeouts per snippet and per test (per test: a multiple of the reference
   solution's time where the problem has one) and, for a standalone run, a cap on the output
   the parent reads (``limits``; a graded snippet's output goes to /dev/null); a cgroup holds
   the memory and processes of the whole snippet where the machine allows, else it may not fork
-  (``cgroups``; a forked snippet runs alone in its zygote's); every process it started is
-  killed at the end (``process``, ``forkserver``);
+  (``cgroups``; a forked snippet runs alone in its zygote's program cgroup); every process it
+  started is killed at the end (``process``, ``forkserver``);
+- a seccomp filter: the kernel keyrings, which no namespace separates, are out of reach (``seccomp``);
 - Linux namespaces where the machine allows: no network, no host processes, and under bwrap no
   host files; under unshare private /tmp-like folders and no /root or password hashes
   (``isolation``, which also lists what each weaker mode lets through); a root trainer runs it

@@ -32,6 +32,11 @@ MAX_EXCEPTION_BASES = 16  # as in remote.py
 _CONVERSIONS = {"list": list, "len": len}
 READ_CHUNK = 65536
 LENGTH_BYTES = 4
+SECCOMP_ARG = "SECCOMP"  # as seccomp.CHILD_ARG: argv item SECCOMP=<hex>, the filter to install
+PR_SET_SECCOMP = 22
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
+FILTER_INSTRUCTION_BYTES = 8  # struct sock_filter
 
 
 def _read_exact(fd, size):
@@ -176,6 +181,24 @@ def _apply_limits(limits):
         resource.setrlimit(getattr(resource, name), (soft, hard))
 
 
+def _deny_syscalls(compiled):
+    """Install the parent's seccomp filter (``seccomp.py``) on this process for good, or raise OSError.
+
+    Only under unshare and none, where no bwrap did it: this is the one place the child needs ctypes.
+    """
+    import ctypes
+
+    class _Program(ctypes.Structure):  # struct sock_fprog
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    program = _Program(len(compiled) // FILTER_INSTRUCTION_BYTES, compiled)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) or libc.prctl(
+        PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(program), 0, 0
+    ):
+        raise OSError(ctypes.get_errno(), "the sandbox's seccomp filter was refused")
+
+
 def _run_job(in_fd, out_fd, output_is_null=False):
     """Read the job from the parent and run it; returns only when there was no job.
 
@@ -199,10 +222,13 @@ def _run_job(in_fd, out_fd, output_is_null=False):
 
 
 def _main():
-    """A fresh interpreter: argv holds the pipe fds and the limits; one program, then exit."""
+    """A fresh interpreter: argv holds the pipe fds, the limits and maybe a filter; one program, then exit."""
     limits = []
-    for item in sys.argv[3:]:  # RLIMIT_X=soft,hard
+    for item in sys.argv[3:]:  # RLIMIT_X=soft,hard or SECCOMP=<hex>
         name, _, values = item.partition("=")
+        if name == SECCOMP_ARG:
+            _deny_syscalls(bytes.fromhex(values))
+            continue
         soft, hard = values.split(",")
         limits.append((name, int(soft), int(hard)))
     _apply_limits(limits)

@@ -1,19 +1,26 @@
-"""Programs forked from ready interpreters (zygotes, see ``zygote``) under bwrap.
+"""Programs forked from ready interpreters (zygotes, see ``zygote`` and ``zygote_handle``) under bwrap.
 
 A fresh isolated interpreter per program (``spares``) spends most of its ~25 ms of CPU on
 bwrap and Python's start-up; a fork of a zygote that has already started, under the same
-namespaces, costs a small part of that. Each program still gets its own process, session, uid
-(under a root trainer), cgroup budget (memory and processes of the program as a whole), rlimits
-(CPU, address space, files, processes, no POSIX message queues) and deadlines, and the parent
-kills it and everything it started as before. What a fresh interpreter got from fresh
-namespaces, a forked program gets from its zygote cleaning up before it forks again: the
-working folder is emptied and System V IPC objects are removed (``zygote``). A zygote that
-cannot clean up, dies or stops answering is killed and replaced, and a program whose zygote
-died while it ran is graded again (``grading``), so nothing is lost and nothing is carried over.
+namespaces and seccomp filter, costs a small part of that. Each program still gets its own
+process, session, uid (under a root trainer), cgroup budget (memory and processes of the program
+as a whole, in a cgroup that holds the program alone), rlimits (CPU, address space, files,
+processes, no POSIX message queues) and deadlines, and the parent kills it and everything it
+started as before. What a fresh interpreter got from fresh namespaces, a forked program gets
+from its zygote cleaning up before it forks again: the working folder is emptied and System V
+IPC objects are removed (``zygote``). A zygote that cannot clean up, dies or stops answering is
+killed and replaced, and a program whose zygote died while it ran is graded again
+(``grading``), so nothing is lost and nothing is carried over.
 
 Each zygote forks the next program's process as soon as it has cleaned up after the last one,
 and there are two per worker: a program starts on the zygote that has been idle longest, whose
-next process is waiting, while the other cleans up. Nothing of that is on a program's clock.
+next process is waiting, while the other cleans up. Nothing of that is on a program's clock:
+its clocks start once it has its process (``Channel.started``), however long it waited. A
+clean-up removes at most ``Limits.max_leftovers`` entries; a program that left more has its
+zygote discarded instead, tmpfs and all, and a new one boots in the background, off every
+program's clock: so one program's clean-up costs at most a zygote's start, whatever it made.
+Every zygote is started from one thread that lives as long as the server (``launch_thread``):
+bwrap's ``--die-with-parent`` follows the thread that started it, not the trainer.
 
 Only ``serve`` jobs (grading) are forked; a standalone run (``runner``) needs its exit status,
 which a forked child reports to the zygote, not to us, so it gets a fresh interpreter.
@@ -23,219 +30,42 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import marshal
 import os
-import select
 import signal
-import socket
-import struct
-import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 
-from grpo_exp.sandbox import cgroups, identity
-from grpo_exp.sandbox.cgroups import SnippetCgroup
-from grpo_exp.sandbox.identity import UidLease
+from grpo_exp.sandbox import identity
 from grpo_exp.sandbox.isolation import Launcher
-from grpo_exp.sandbox.limits import MIB, Limits
-from grpo_exp.sandbox.process import (
-    CHILD_SOURCE,
-    CLEANUP_TIMEOUT_S,
-    Channel,
-    ChildTimeout,
-    child_env,
-    children_of,
-    end_process,
-    hung_up,
-    poll_any,
-    poll_one,
-)
+from grpo_exp.sandbox.launch_thread import LaunchThread
+from grpo_exp.sandbox.limits import Limits
+from grpo_exp.sandbox.process import CLEANUP_TIMEOUT_S, Channel, ChildTimeout, poll_any
 from grpo_exp.sandbox.spares import ChildSource
+from grpo_exp.sandbox.zygote_handle import ZYGOTE_START_TIMEOUT_S, Zygote, ZygoteLost
 
 log = logging.getLogger("grpo_exp.sandbox")
 
-ZYGOTE_SOURCE = Path(__file__).with_name("zygote.py").read_text()
-ZYGOTE_PROGRAM = CHILD_SOURCE + "\n" + ZYGOTE_SOURCE + "\n_serve_forks()\n"
-# Imported once by each zygote, so programs that use them skip it (21 of HumanEval's 164 prompts import typing).
-# Not random (it reseeds in every forked child) nor hashlib (it maps libcrypto, which every fork copies):
-# each would cost all programs more than it saves the few that import it.
-PRELOADED_MODULES = ("collections", "functools", "heapq", "itertools", "math", "re", "string", "typing")
 FORK_TRIES = 3  # zygotes tried for one program before the failure counts against it
-ZYGOTE_START_TIMEOUT_S = 30.0  # bwrap, Python and the imports; a loaded machine can take seconds
-ZYGOTE_HEADROOM_MB = 16  # the zygote's own allocations in its cgroup, on top of a program's memory_mb
-REPLY_BYTES = 16
-# The dynamic linker resolves every symbol when the zygote starts, not on each one's first call in
-# each forked child (a lookup and a page copied, per symbol and program). The zygote drops it from
-# its environment before it forks anything: programs get exactly child_env.
-ZYGOTE_ENV = {"LD_BIND_NOW": "1"}
-CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
-FD = struct.Struct("i")
-
-
-class ZygoteLost(Exception):
-    """The zygote died, stopped answering or could not clean up: it is replaced."""
-
-
-class Zygote:
-    """One fork server process (bwrap + the trusted ``zygote`` code), its control socket and cgroup.
-
-    The zygote lives in a cgroup of its own, which its programs are forked into, one at a time:
-    it limits the program's processes (``max_processes``, plus the zygote) and memory
-    (``memory_mb``, plus ``ZYGOTE_HEADROOM_MB`` for the zygote's own small allocations; the pages
-    it had before it moved in stay charged where they were, and a program's copies of them count
-    as the program's). Nothing has to be moved or made per program.
-    """
-
-    def __init__(self, launcher: Launcher, limits: Limits) -> None:
-        self.pid: int | None = None  # the zygote's, once it said it is ready
-        self.cgroup: SnippetCgroup | None = None
-        self._spare: socket.socket | None = None  # to the process forked for the next program
-        self._cleaning_since: float | None = None  # when the clean-up now unanswered was asked for
-        self._cleaning_as: UidLease | None = None  # the uid it runs as, released once it is answered
-        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            self.control.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-            args = ["-I", "-S", "-c", ZYGOTE_PROGRAM, str(theirs.fileno()), ",".join(PRELOADED_MODULES)]
-            self.popen = subprocess.Popen(
-                launcher.zygote_argv(args, limits),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),),
-                cwd="/",
-                env={**child_env(launcher.workdir or "/"), **ZYGOTE_ENV},
-                start_new_session=True,
-            )
-        except BaseException:
-            self.control.close()
-            raise
-        finally:
-            theirs.close()
-
-    def wait_ready(self, limits: Limits) -> None:
-        """Wait until the zygote has set itself up, then give it its cgroup; raises ZygoteLost.
-
-        Its first spare is forked only then (asked for as a clean-up), so it is born inside.
-        """
-        self.pid = self._answer(b"ready", time.monotonic() + ZYGOTE_START_TIMEOUT_S)
-        if limits.cgroup and cgroups.hierarchies():
-            memory = (limits.memory_mb + ZYGOTE_HEADROOM_MB) * MIB
-            self.cgroup = SnippetCgroup(cgroups.hierarchies(), memory, limits.max_processes + 1)
-            self.cgroup.add(self.pid)
-        self.clean_later(None)
-
-    def start(self, settings: dict, fds: Sequence[int], deadline: float) -> int:
-        """Hand ``settings`` and the program's ``fds`` to the spare; its pid. Raises ZygoteLost or ChildTimeout.
-
-        A clean-up still under way is waited for first: it must succeed, and brings the spare.
-        """
-        if self._cleaning_since is not None:
-            try:
-                self._answer(b"clean", deadline)
-            finally:
-                self._cleaning_since = None
-                self._release_cleaning_uid()
-        spare, self._spare = self._spare, None
-        if spare is None:
-            raise ZygoteLost("fork server has no process ready")
-        try:
-            with spare:
-                socket.send_fds(spare, [marshal.dumps(settings)], list(fds))
-        except OSError as exc:
-            raise ZygoteLost(f"the fork server's process is gone: {exc}") from None
-        return self._program()
-
-    def clean_later(self, lease: UidLease | None) -> None:
-        """Ask for the last program's clean-up without waiting: ``start`` checks it before the next program.
-
-        ``lease`` (the program's uid, which the clean-up runs as) is released once it is done.
-        """
-        try:
-            self.control.send(marshal.dumps({"uid": lease.uid if lease else None}))
-        except OSError as exc:
-            raise ZygoteLost(f"fork server gone: {exc}") from None
-        self._cleaning_since = time.monotonic()
-        self._cleaning_as = lease
-
-    def settled(self) -> bool:
-        """Whether its last clean-up is answered (or none is due): ``start`` will not wait."""
-        return self._cleaning_since is None or poll_one(self.control.fileno(), select.POLLIN, 0)
-
-    def overdue(self) -> bool:
-        """Whether a clean-up has gone unanswered for ``CLEANUP_TIMEOUT_S``: the zygote is stuck."""
-        since = self._cleaning_since
-        return since is not None and not self.settled() and time.monotonic() - since > CLEANUP_TIMEOUT_S
-
-    def alive(self) -> bool:
-        """Whether the zygote (and so its namespace) is still there.
-
-        It dies before the program it served (the namespace goes with it, or with bwrap), so once
-        the program has stopped answering this is exact.
-        """
-        return self.popen.poll() is None and not hung_up(self.control.fileno())
-
-    def empty_cgroup(self, program: int | None) -> bool:
-        """Kill whatever ``program`` (killed already) started; False if something survives.
-
-        The program itself may still be exiting: with SIGKILL pending it can fork no more, and
-        the zygote reaps it before it cleans up.
-        """
-        if self.cgroup is None or self.pid is None:
-            return True
-        return self.cgroup.empty_but({self.pid, program} if program else {self.pid})
-
-    def close(self) -> None:
-        if self._spare is not None:
-            self._spare.close()
-        self.control.close()
-        end_process(self.popen, pid_namespace=True)
-        if self.cgroup is not None:
-            self.cgroup.close()
-        self._release_cleaning_uid()  # its clean-up, if any, died with it
-
-    def _release_cleaning_uid(self) -> None:
-        lease, self._cleaning_as = self._cleaning_as, None
-        if lease is not None:
-            lease.release()
-
-    def _answer(self, expected: bytes, deadline: float) -> int:
-        """Wait for the zygote's ``expected`` word and the spare's socket with it; the zygote's pid."""
-        try:
-            if not poll_one(self.control.fileno(), select.POLLIN, deadline - time.monotonic()):
-                raise ChildTimeout("the fork server did not answer in time")
-            space = socket.CMSG_SPACE(CREDENTIALS.size) + socket.CMSG_SPACE(FD.size)
-            word, ancillary, _flags, _address = self.control.recvmsg(REPLY_BYTES, space)
-        except OSError as exc:
-            raise ZygoteLost(f"fork server gone: {exc}") from None
-        pid = None
-        for level, kind, payload in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                self._spare = socket.socket(fileno=FD.unpack(payload[: FD.size])[0])
-            elif level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
-                pid = CREDENTIALS.unpack(payload[: CREDENTIALS.size])[0]
-        if word != expected or pid is None or (self._spare is None) != (expected == b"ready"):
-            raise ZygoteLost(f"fork server answered {word!r}, not {expected!r}")
-        return pid
-
-    def _program(self) -> int:
-        """The program the spare became: the zygote's only child until it is cleaned up."""
-        found = children_of(self.pid) if self.pid is not None else []
-        if len(found) != 1:
-            raise ZygoteLost(f"fork server has {len(found)} children, not 1")
-        return found[0]
+# Longest a program waits for a zygote (off its clock): a stuck clean-up noticed, then a new zygote booted.
+TAKE_TIMEOUT_S = CLEANUP_TIMEOUT_S + ZYGOTE_START_TIMEOUT_S
+TAKE_POLL_S = 0.02  # while no zygote is idle, how often to look for one that has booted meanwhile
 
 
 class ForkedChild(Channel):
-    """One program forked from ``zygote``, with the program's uid and limits, in the zygote's cgroup."""
+    """One program forked from ``zygote``, with the program's uid and limits, in the zygote's program cgroup.
+
+    ``budget_s`` is its time to read the job (and, for the caller, to load): its clock starts here,
+    once it has a zygote, not when it asked for one.
+    """
 
     def __init__(
         self,
         zygote: Zygote,
         limits: Limits,
         job: dict,
-        deadline: float,
+        budget_s: float,
         on_close: Callable[[ForkedChild], None],
     ) -> None:
         super().__init__(limits, capture_output=False)  # grading never reads a program's output
@@ -247,7 +77,7 @@ class ForkedChild(Channel):
         self._pid: int | None = None  # as this process sees it (the child lives in bwrap's PID namespace)
         self._closed = False
         try:
-            self._start(job, deadline)
+            self._start(job, self.started + budget_s)
         except BaseException as exc:
             # a zygote that failed to hand over a process, or answered too late, is out of step with us
             self.zygote_lost = not self._forked and isinstance(exc, (ZygoteLost, ChildTimeout))
@@ -260,7 +90,7 @@ class ForkedChild(Channel):
             "uid": self._lease.uid if self._lease else None,
             "rlimits": rlimits,
         }
-        self._pid = self.zygote.start(settings, self.child_fds, deadline)
+        self._pid = self.zygote.start(settings, self.child_fds)
         self._forked = True
         self._attach()
         self.send(job, deadline)  # it reads the job only once its uid and limits are in place
@@ -297,7 +127,7 @@ class ForkServer:
     """Hands out programs forked from zygotes: each zygote serves one program at a time.
 
     ``zygotes`` (two per worker) start with the sandbox, so no program waits for one; a zygote
-    that fails is replaced when its program closes. ``restarts`` counts the replacements.
+    that fails is replaced in the background. ``restarts`` counts the replacements.
     """
 
     def __init__(self, launcher: Launcher, limits: Limits, zygotes: int) -> None:
@@ -308,77 +138,126 @@ class ForkServer:
         self.fresh = ChildSource(launcher, limits)  # standalone runs need an exit status
         self.restarts = 0
         self._idle: deque[Zygote] = deque()  # the longest idle first: its clean-up is done
+        self._booting = 0  # zygotes starting in the background
+        self._failed_boots = 0  # in a row: once one fails while a program waits, it waits no longer
         self._closed = False
         self._lock = threading.Lock()
-        for zygote in [Zygote(launcher, limits) for _ in range(zygotes)]:  # they boot in parallel
-            self._ready(zygote)
+        self._launch = LaunchThread("sandbox-zygotes")
+        for zygote in [self._new_zygote() for _ in range(zygotes)]:  # they boot in parallel
+            if zygote is not None and self._ready(zygote):
+                self._keep(zygote)
 
-    def start(self, job: dict, deadline: float) -> Channel:
-        """A program that has been sent ``job``; raises ChildTimeout or OSError."""
+    def start(self, job: dict, budget_s: float) -> Channel:
+        """A program that has been sent ``job``; raises ChildTimeout or OSError.
+
+        ``budget_s`` counts from ``Channel.started``: once the program has its process.
+        """
         if job["mode"] != "serve":
-            return self.fresh.start(job, deadline)
+            return self.fresh.start(job, budget_s)
         failure: Exception | None = None
         for _ in range(FORK_TRIES):
             zygote = self._take()
-            if zygote is None:
-                continue
             try:
-                return ForkedChild(zygote, self.limits, job, deadline, self._give_back)
+                return ForkedChild(zygote, self.limits, job, budget_s, self._give_back)
             except (ZygoteLost, OSError) as exc:  # a zygote killed between programs: the next one
                 failure = exc
         raise OSError(f"no sandbox fork server could start the program: {failure}")
 
     def close(self) -> None:
-        """Stop the idle zygotes; those serving a program stop when it is closed."""
+        """Stop the idle zygotes, then the launch thread, and with it any zygote still booting."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, deque()
         for zygote in idle:
             zygote.close()
+        self._launch.close()
         self.fresh.close()
 
-    def _take(self) -> Zygote | None:
-        """An idle zygote whose last clean-up is done (the longest idle first), waiting for one if need be.
+    def _take(self) -> Zygote:
+        """An idle zygote whose clean-up is done and clean (the longest idle first), waiting if need be.
 
-        One that is stuck in its clean-up is never waited for long: after ``CLEANUP_TIMEOUT_S`` it
-        is replaced (in the background, off every program's clock).
+        The wait is no program's: its clocks start once it has its process. A zygote that answered
+        "dirty" or died, or is stuck in its clean-up for ``CLEANUP_TIMEOUT_S``, is replaced in the
+        background; raises OSError when none is ready within ``TAKE_TIMEOUT_S``, or none will be (the
+        one started for this program failed).
         """
+        give_up = time.monotonic() + TAKE_TIMEOUT_S
+        failed_boots = self._failed_boots
         while True:
             with self._lock:
-                idle = list(self._idle)
-                found = next((zygote for zygote in idle if zygote.settled()), None)
-                stuck = [zygote for zygote in idle if zygote is not found and zygote.overdue()]
+                if self._closed:
+                    raise OSError("the sandbox is closed")
+                if not self._idle and not self._booting and self._failed_boots > failed_boots:
+                    raise OSError("no sandbox fork server could be started")
+                found = next((zygote for zygote in self._idle if zygote.settled()), None)
+                stuck = [zygote for zygote in self._idle if zygote is not found and zygote.overdue()]
                 for zygote in [found, *stuck]:
                     if zygote is not None:
                         self._idle.remove(zygote)
+                cleaning = [zygote.control.fileno() for zygote in self._idle]
+                short = not self._idle and not self._booting  # all serving or lost: one more
             for zygote in stuck:
                 self._replace(zygote)
             if found is not None:
-                return found
-            waiting = [zygote for zygote in idle if zygote not in stuck]
-            if not waiting:
-                return self._ready(Zygote(self.launcher, self.limits), keep=False)
-            poll_any([zygote.control.fileno() for zygote in waiting], CLEANUP_TIMEOUT_S)
+                try:
+                    found.collect()
+                    return found
+                except (ZygoteLost, ChildTimeout) as exc:
+                    log.debug("sandbox fork server replaced after its clean-up: %s", exc)
+                    self._replace(found)
+                    continue
+            if short:
+                self._boot()
+            if time.monotonic() > give_up:
+                raise OSError(f"no sandbox fork server was ready within {TAKE_TIMEOUT_S:.0f} s")
+            if cleaning:
+                poll_any(cleaning, TAKE_POLL_S)
+            else:
+                time.sleep(TAKE_POLL_S)
 
-    def _ready(self, zygote: Zygote, keep: bool = True) -> Zygote | None:
-        """Wait for a new zygote; kept idle (or returned), or None when it failed."""
+    def _new_zygote(self) -> Zygote | None:
+        """A zygote started (not yet ready); None, logged, when it could not be."""
+        try:
+            return Zygote(self.launcher, self.limits, self._launch)
+        except OSError as exc:
+            if not self._closed:
+                log.warning("a sandbox fork server failed to start: %s", exc)
+            return None
+
+    def _ready(self, zygote: Zygote) -> bool:
+        """Wait for a new zygote to be ready; False (logged, unless the server closed meanwhile) when it failed."""
         try:
             zygote.wait_ready(self.limits)
-        except (ZygoteLost, OSError) as exc:
-            log.warning("a sandbox fork server failed to start: %s", exc)
+        except (ZygoteLost, ChildTimeout, OSError) as exc:
+            if not self._closed:
+                log.warning("a sandbox fork server failed to start: %s", exc)
             zygote.close()
-            return None
-        if keep:
-            self._keep(zygote)
-            return None
-        return zygote
+            return False
+        return True
 
-    def _keep(self, zygote: Zygote) -> None:
+    def _boot(self) -> None:
+        """Start one more zygote in the background; it joins the idle ones once ready."""
         with self._lock:
+            if self._closed:
+                return
+            self._booting += 1
+        threading.Thread(target=self._boot_one, name="sandbox-zygote-boot", daemon=True).start()
+
+    def _boot_one(self) -> None:
+        zygote = self._new_zygote()
+        ready = zygote is not None and self._ready(zygote)
+        self._keep(zygote if ready else None, booted=True)
+
+    def _keep(self, zygote: Zygote | None, booted: bool = False) -> None:
+        """Make ``zygote`` idle (``booted``: one that ``_boot`` started is done, ready or not)."""
+        with self._lock:
+            if booted:
+                self._booting -= 1
+                self._failed_boots = 0 if zygote is not None else self._failed_boots + 1
             closed = self._closed
-            if not closed:
+            if zygote is not None and not closed:
                 self._idle.append(zygote)
-        if closed:
+        if zygote is not None and closed:
             zygote.close()
 
     def _give_back(self, child: ForkedChild) -> None:
@@ -387,15 +266,11 @@ class ForkServer:
             self._keep(zygote)
             return
         child.zygote_lost = True
-        self._replace(zygote, wait=True)
+        self._replace(zygote)
 
-    def _replace(self, zygote: Zygote, wait: bool = False) -> None:
-        """Close a failed zygote and start another in its place (``wait``: before returning)."""
-        self.restarts += 1
-        zygote.close()
-        if self._closed:
-            return
-        if wait:
-            self._ready(Zygote(self.launcher, self.limits))
-        else:
-            threading.Thread(target=self._ready, args=(Zygote(self.launcher, self.limits),), daemon=True).start()
+    def _replace(self, zygote: Zygote) -> None:
+        """Close a failed zygote and boot another in its place, both in the background, off every program's clock."""
+        with self._lock:
+            self.restarts += 1
+        threading.Thread(target=zygote.close, name="sandbox-zygote-close", daemon=True).start()
+        self._boot()

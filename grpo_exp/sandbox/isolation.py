@@ -5,7 +5,8 @@ Modes (``auto`` picks the first that works on this machine, probing once per pro
 - ``bwrap`` (bubblewrap): new PID, network, IPC, UTS and cgroup namespaces and a mount namespace
   whose only contents are read-only /usr, the interpreter's own folders, a /proc of its own,
   a minimal /dev and a size-capped tmpfs as working folder. No host file outside those, no host
-  process, no network. The strongest mode.
+  process, no network. The strongest mode. bwrap also installs the seccomp filter (``seccomp``:
+  no kernel keyrings); under the other modes the child installs it itself.
 - ``unshare`` (util-linux): new PID (with its own /proc), network, IPC, UTS and mount
   namespaces. Before dropping to the snippet's uid, a short trusted shell step mounts private,
   size-capped tmpfs folders over the host's world-writable ones (/tmp, /var/tmp, /dev/shm,
@@ -112,11 +113,15 @@ class Launcher:
     def pid_namespace(self) -> bool:
         return self.mode in NAMESPACE_MODES
 
-    def argv(self, python_args: list[str], uid: int | None, limits: Limits) -> list[str]:
-        """``python_args`` (everything after the interpreter) wrapped in this mode's isolation."""
+    def argv(self, python_args: list[str], uid: int | None, limits: Limits, seccomp_fd: int | None = None) -> list[str]:
+        """``python_args`` (everything after the interpreter) wrapped in this mode's isolation.
+
+        ``seccomp_fd``: bwrap installs the filter it holds (``seccomp``) before it starts anything.
+        """
         python = [interpreter(), *python_args]
         if self.mode == "bwrap":
-            return [*_bwrap_prefix(uid is None, limits.workdir_mb), *self._drop(uid, read_search=False), *python]
+            bwrap = [*_bwrap_prefix(uid is None, limits.workdir_mb), *_seccomp(seccomp_fd), "--"]
+            return [*bwrap, *self._drop(uid, read_search=False), *python]
         if self.mode == "unshare":
             user = () if uid is not None else ("--map-current-user",)
             inner = [*self._drop(uid, read_search=False), *python]
@@ -124,8 +129,8 @@ class Launcher:
         read_search = uid is not None and not _interpreter_public()
         return [*self._drop(uid, read_search), *python]
 
-    def zygote_argv(self, python_args: list[str], limits: Limits) -> list[str]:
-        """bwrap around a fork server (``forkserver``): the namespaces a fresh interpreter gets.
+    def zygote_argv(self, python_args: list[str], limits: Limits, seccomp_fd: int | None = None) -> list[str]:
+        """bwrap around a fork server (``forkserver``): the namespaces and filter a fresh interpreter gets.
 
         Under a root trainer it keeps uid 0 inside, with no capability but CAP_SETUID and
         CAP_SETGID, to drop each forked program to its own uid; no_new_privs holds for all.
@@ -135,7 +140,7 @@ class Launcher:
         setpriv = _which("setpriv")
         no_new_privs = [setpriv, "--no-new-privs", "--"] if setpriv else []
         prefix = _bwrap_prefix(not identity.running_as_root(), limits.workdir_mb)
-        return [*prefix, *no_new_privs, interpreter(), *python_args]
+        return [*prefix, *_seccomp(seccomp_fd), "--", *no_new_privs, interpreter(), *python_args]
 
     @staticmethod
     def _drop(uid: int | None, read_search: bool) -> list[str]:
@@ -150,7 +155,8 @@ class Launcher:
 
 @cache
 def _bwrap_prefix(unprivileged: bool, workdir_mb: int) -> tuple[str, ...]:
-    """bwrap's part of the command line (computed once per settings: it only reads the host)."""
+    """bwrap's options (computed once per settings: they only read the host); the caller ends them with ``--``."""
+    # --die-with-parent follows the thread that starts bwrap, not the trainer: see launch_thread
     args = [_tool("bwrap"), *BWRAP_NAMESPACES, "--die-with-parent", "--new-session"]
     if unprivileged:
         args.append("--unshare-user")  # namespaces need a user namespace without root
@@ -178,8 +184,12 @@ def _bwrap_prefix(unprivileged: bool, workdir_mb: int) -> tuple[str, ...]:
         args += ["--ro-bind", root, root]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--perms", "01777", "--size", str(workdir_mb * MIB), "--tmpfs", SANDBOX_DIR]
-    args += ["--chdir", SANDBOX_DIR, "--"]
+    args += ["--chdir", SANDBOX_DIR]
     return tuple(args)
+
+
+def _seccomp(fd: int | None) -> list[str]:
+    return [] if fd is None else ["--seccomp", str(fd)]
 
 
 @cache

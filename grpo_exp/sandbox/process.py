@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_exp.sandbox import cgroups, identity
+from grpo_exp.sandbox import cgroups, identity, seccomp
 from grpo_exp.sandbox.cgroups import SnippetCgroup
 from grpo_exp.sandbox.isolation import Launcher
 from grpo_exp.sandbox.limits import MIB, Limits
@@ -99,6 +99,9 @@ class Channel:
 
     def __init__(self, limits: Limits, capture_output: bool = True) -> None:
         self.limits = limits
+        # When the program's clocks start: its source sets it once the program has its process,
+        # so waiting for one (a zygote still cleaning up, say) is never the program's time.
+        self.started = time.monotonic()
         self._buf = bytearray()
         self._scanned = 0  # bytes of _buf known to hold no newline
         self._eof = False
@@ -231,20 +234,22 @@ class ChildProcess(Channel):
                 self._cgroup = SnippetCgroup(cgroups.hierarchies(), limits.memory_mb * MIB, limits.max_processes)
             rlimits = limits.rlimits(whole_snippet_budget=self._cgroup is not None)
             args = [str(req_r), str(resp_w), *(f"{name}={soft},{hard}" for name, soft, hard in rlimits)]
+            args += seccomp.child_args(bwrap=launcher.mode == "bwrap")
             uid = self._lease.uid if self._lease else None
-            argv = launcher.argv(["-I", "-S", "-c", CHILD_PROGRAM, *args], uid, limits)
-            if self._cgroup is not None:
-                argv = self._cgroup.wrap(argv)
-            self.popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=err_w,
-                pass_fds=(req_r, resp_w),
-                cwd=self._host_dir or "/",
-                env=child_env(workdir),
-                start_new_session=True,
-            )
+            with seccomp.filter_fd() if launcher.mode == "bwrap" else contextlib.nullcontext() as filter_fd:
+                argv = launcher.argv(["-I", "-S", "-c", CHILD_PROGRAM, *args], uid, limits, filter_fd)
+                if self._cgroup is not None:
+                    argv = self._cgroup.wrap(argv)
+                self.popen = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out_w,
+                    stderr=err_w,
+                    pass_fds=(req_r, resp_w) if filter_fd is None else (req_r, resp_w, filter_fd),
+                    cwd=self._host_dir or "/",
+                    env=child_env(workdir),
+                    start_new_session=True,
+                )
         except BaseException:
             self._close_fds()
             self._release_dir()

@@ -219,13 +219,17 @@ class RemoteSession:
             raise ChildLost("no fresh interpreter left for this snippet")
         self.starts += 1
         self._generation += 1
-        started = time.monotonic()
-        load_deadline = min(self._deadline, started + self.limits.test_timeout_s)  # loading: the full limit
+        asked = time.monotonic()
+        budget_s = min(self._deadline - asked, self.limits.test_timeout_s)  # loading: the full per-test limit
         child: Channel | None = None
         reply: dict | None = None
         try:
-            child = self.source.start(self._job, load_deadline)
-            reply = child.recv(load_deadline)
+            child = self.source.start(self._job, budget_s)
+            # waiting for a process (a zygote still cleaning up after another program) is not this program's time
+            waited = child.started - asked
+            self._deadline += waited
+            self._test_deadline += waited
+            reply = child.recv(child.started + budget_s)
             reason = "exited while loading" if reply is None else _error_name(reply.get("load_error"))
         except ChildTimeout:
             reason = "timeout while loading"
@@ -238,7 +242,7 @@ class RemoteSession:
             self._load_error = reason
             raise LoadFailed(reason)
         # loading has its own budget: the test's clock restarts once the program is ready
-        self._test_deadline = min(self._deadline, self._test_deadline + time.monotonic() - started)
+        self._test_deadline = min(self._deadline, self._test_deadline + time.monotonic() - child.started)
         self._child = child
         return child
 

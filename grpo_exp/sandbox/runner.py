@@ -25,12 +25,11 @@ class RunResult:
 def run_code(code: str, source: ChildSource) -> RunResult:
     """Execute ``code`` once in a fresh sandboxed interpreter and collect what it printed."""
     started = time.monotonic()
-    deadline = started + source.limits.timeout_s
     child: ChildProcess | None = None
     timed_out = False
     try:
-        child = source.start({"mode": "run", "code": code}, deadline)
-        child.wait_exit(deadline)
+        child = source.start({"mode": "run", "code": code}, source.limits.timeout_s)
+        child.wait_exit(child.started + source.limits.timeout_s)
     except ChildTimeout:
         timed_out = True
     except OSError:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from grpo_exp.sandbox.isolation import Launcher
 from grpo_exp.sandbox.limits import Limits
@@ -34,15 +35,19 @@ class ChildSource:
         self._closed = False
         self._lock = threading.Lock()
 
-    def start(self, job: dict, deadline: float) -> ChildProcess:
-        """An interpreter that has been sent ``job``; raises ChildTimeout or OSError."""
+    def start(self, job: dict, budget_s: float) -> ChildProcess:
+        """An interpreter that has been sent ``job``; raises ChildTimeout or OSError.
+
+        ``budget_s`` counts from ``Channel.started``, once the interpreter is taken (a fresh one's boot counts).
+        """
         child = self._take()
+        child.started = time.monotonic()
         try:
-            child.send(job, deadline)
+            child.send(job, child.started + budget_s)
         except OSError:  # a spare that died while it waited: one fresh try
             child.close()
             child = ChildProcess(self.launcher, self.limits)
-            child.send(job, deadline)
+            child.send(job, child.started + budget_s)
         except BaseException:
             child.close()
             raise
