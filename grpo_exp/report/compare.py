@@ -18,9 +18,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from grpo_exp.config.schema import VerdictSettings
 from grpo_exp.errors import UserError
-from grpo_exp.folder import FAILED, INCOMPLETE, REPORT_DIR, STOPPED_EARLY, SUMMARY_FILE, report_dir
+from grpo_exp.folder import FAILED, INCOMPLETE, INTERVALS_CSV, REPORT_DIR, STOPPED_EARLY, SUMMARY_FILE, report_dir
+from grpo_exp.report.decision import BELOW, TABLE_COLUMNS, Decision, Outcome, Standing, decide, table_rows
 from grpo_exp.report.halving import halving_section
+from grpo_exp.report.intervals import Improvement, Interval
 from grpo_exp.report.jobs import JobRecord
 from grpo_exp.report.stability import Stability, describe, median_max_kl, rank_stability
 from grpo_exp.report.sweep import (
@@ -71,10 +74,20 @@ OPTIONAL_COLUMNS = frozenset(key for key, _, _ in RESULT_COLUMNS if "eval" in ke
 # ---------------------------------------------------------------------------------------- verdict
 
 
-def verdict(sweep: Sweep) -> list[str]:
-    """The report's opening bullets: the best configuration, how stable each is, which jobs failed."""
+def verdict(sweep: Sweep, decision: Decision | None = None) -> list[str]:
+    """The report's opening bullets: the decision over seeds, how stable each configuration is, which jobs failed."""
     ranked = rank_stability(_assessed(sweep))
-    return [*_best(sweep, ranked), *_stability(sweep, ranked), *_casualties(sweep)]
+    decision = decision if decision is not None else sweep_decision(sweep)
+    return [*_decision_lines(sweep, decision, ranked), *_stability(sweep, ranked), *_casualties(sweep)]
+
+
+def sweep_decision(sweep: Sweep) -> Decision | None:
+    """Each configuration's objective over its completed seeds, judged (``decision.py``); None without a result."""
+    configs = {
+        _group_label(sweep, group): [v for job in group.jobs if (v := sweep.outcome(job)) is not None]
+        for group in sweep.configs()
+    }
+    return decide(configs, sweep.maximize, sweep.verdict)
 
 
 def _assessed(sweep: Sweep) -> dict[str, list[JobRecord]]:
@@ -87,25 +100,120 @@ def _assessed(sweep: Sweep) -> dict[str, list[JobRecord]]:
     return configs
 
 
-def _best(sweep: Sweep, stability: list[Stability]) -> list[str]:
-    scored = [(group, sweep.stat(group.jobs)) for group in sweep.configs()]
-    ranked = sorted(
-        ((g, s) for g, s in scored if s.mean is not None), key=lambda gs: gs[1].mean, reverse=sweep.maximize
-    )
-    if not ranked:
+def _decision_lines(sweep: Sweep, decision: Decision | None, stability: list[Stability]) -> list[str]:
+    """The first bullet: the decision, in the words of its outcome, with the leader's stability rank."""
+    if decision is None:
         return [f"- **No result:** no job completed with a {sweep.objective}."]
-    group, stat = ranked[0]
-    head = "Best configuration" if len(scored) > 1 else "Only configuration"
-    spread = f" ± {stat.std:.3f} (mean ± std over {stat.n} {sweep.repeats})" if stat.std is not None else ""
-    jobs = _jobs_text(job for job in group.jobs if job.finished)
-    label = _group_label(sweep, group)
-    line = f"- **{head}:** `{label}`: {sweep.objective} {stat.mean:.3f}{spread}, {jobs}."
+    leader, settings = decision.leader, decision.settings
+    jobs = _jobs_text(_config_jobs(sweep, leader.label))
+    named = f"`{leader.label}` ({sweep.objective} {_estimate(leader.interval, settings)}, {jobs})"
+    outcome = decision.outcome
+    if outcome == Outcome.only:
+        line = f"- **Only configuration:** {named}."
+    elif outcome == Outcome.one_seed:
+        line = (
+            f"- **One seed per configuration:** `{leader.label}` scored highest ({sweep.objective} "
+            f"{leader.interval.centre:.3f}, {jobs}), but with one seed per configuration the report can't tell "
+            f"noise from difference. Run each on at least {settings.enough_seeds} seeds "
+            f"(`seed={','.join(map(str, range(settings.enough_seeds)))}`) to tell."
+        )
+    elif outcome == Outcome.clear_best:
+        runner_up = decision.standings[1]
+        line = (
+            f"- **Clear best:** {named}: its {_level(settings)} interval is clear of every other configuration's "
+            f"(P(it beats the runner-up `{runner_up.label}`) = {_improvement(runner_up.improvement)})."
+        )
+    elif outcome == Outcome.tied:
+        line = (
+            f"- **Can't be told apart:** {_names(s.label for s in decision.tied)} "
+            f"({_seed_counts(decision.tied)}). The highest is {named}; its interval overlaps "
+            f"{_overlaps(decision, settings)}. {_settle(decision)}{_below(decision)}"
+        )
+    else:
+        short = [s for s in decision.standings if s.label in decision.short]
+        whole = len(short) == len(decision.standings) > 2
+        few = f"all {len(short)} configurations" if whole else _names(s.label for s in short)
+        overlap = f"; its interval overlaps {_overlaps(decision, settings)}" if len(decision.tied) > 1 else ""
+        line = (
+            f"- **Not enough seeds to tell:** {few} ran fewer than {settings.enough_seeds} seeds "
+            f"({_seed_counts(short)}), and intervals over so few come apart by chance. The highest is {named}"
+            f"{overlap}. About {decision.seeds_needed or settings.enough_seeds} seeds per configuration would "
+            "settle it."
+        )
+    return [line + _stability_note(leader.label, stability)]
+
+
+def _estimate(interval: Interval, settings: VerdictSettings) -> str:
+    """\"IQM 0.812 [0.701, 0.903] over 4 seeds\" (the interval at the confidence level), or one seed's value."""
+    if interval.n == 1:
+        return f"{interval.centre:.3f}, one seed"
+    return f"{interval.statistic} {interval.centre:.3f} {_bounds(interval.low, interval.high)} over {interval.n} seeds"
+
+
+def _bounds(low: float | None, high: float | None, spec: str = "{:.3f}") -> str:
+    return "" if low is None or high is None else f"[{spec.format(low)}, {spec.format(high)}]"
+
+
+def _level(settings: VerdictSettings) -> str:
+    return f"{settings.confidence:.0%}"
+
+
+def _improvement(improvement: Improvement | None) -> str:
+    if improvement is None:
+        return NONE_CELL
+    bounds = _bounds(improvement.low, improvement.high, "{:.2f}")
+    return f"{improvement.probability:.2f}" + (f" {bounds}" if bounds else "")
+
+
+def _overlaps(decision: Decision, settings: VerdictSettings) -> str:
+    """The configurations whose interval overlaps the leader's, with P(leader beats each)."""
+    rivals = decision.tied[1:]
+    listed = [
+        f"`{s.label}`'s ({_estimate(s.interval, settings)}; P(the highest beats it) = {_improvement(s.improvement)})"
+        for s in rivals[:MAX_LISTED]
+    ]
+    more = len(rivals) - MAX_LISTED
+    return "; ".join(listed) + (f"; and {more} more" if more > 0 else "")
+
+
+def _settle(decision: Decision) -> str:
+    needed = decision.seeds_needed
+    if needed is None:
+        return "Their centres are equal: no number of seeds would part them."
+    return f"Were the gap real, about {needed} seeds per configuration would tell them apart."
+
+
+def _below(decision: Decision) -> str:
+    below = [s.label for s in decision.standings if s.place == BELOW]
+    return f" Below them, clear of the highest: {_names(below)}." if below else ""
+
+
+def _names(labels: Iterable[str]) -> str:
+    names = [f"`{label}`" for label in labels]
+    more = len(names) - MAX_LISTED
+    return ", ".join(names[:MAX_LISTED]) + (f" and {more} more" if more > 0 else "")
+
+
+def _seed_counts(standings: list[Standing]) -> str:
+    counts = sorted({s.interval.n for s in standings})
+    if len(counts) == 1:
+        return f"{counts[0]} seed{'s' if counts[0] > 1 else ''} each"
+    return ", ".join(f"`{s.label}` {s.interval.n}" for s in standings[:MAX_LISTED]) + " seeds"
+
+
+def _stability_note(label: str, stability: list[Stability]) -> str:
     live = [s.label for s in stability if not s.dead]
     if any(s.label == label and s.dead for s in stability):
-        line += " Its reward never varied: it is dead, see below."
-    elif label in live and len(live) > 1:
-        line += f" Stability: #{live.index(label) + 1} of {len(live)}, see below."
-    return [line]
+        return " Its reward never varied: it is dead, see below."
+    if label in live and len(live) > 1:
+        return f" Stability: #{live.index(label) + 1} of {len(live)}, see below."
+    return ""
+
+
+def _config_jobs(sweep: Sweep, label: str) -> list[JobRecord]:
+    """The completed jobs of the configuration with this label."""
+    group = next(g for g in sweep.configs() if _group_label(sweep, g) == label)
+    return [job for job in group.jobs if job.finished]
 
 
 def _stability(sweep: Sweep, ranked: list[Stability]) -> list[str]:
@@ -238,26 +346,39 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     notes = _notes(sweep)
     images = _draw(sweep, out_dir, notes) if plots else []
-    write_csv(sweep, out_dir / REPORT_CSV)
+    decision = sweep_decision(sweep)
+    write_csv(sweep, out_dir / REPORT_CSV, decision)
+    if decision is not None:
+        write_intervals_csv(decision, out_dir / INTERVALS_CSV)
     report = out_dir / REPORT_MD
-    report.write_text(markdown(sweep, images, notes), encoding="utf-8")
+    report.write_text(markdown(sweep, images, notes, decision), encoding="utf-8")
     return report
 
 
-def write_csv(sweep: Sweep, path: Path) -> None:
-    """One row per job, ranked; raw numbers, empty cells where a job has no value."""
+def write_csv(sweep: Sweep, path: Path, decision: Decision | None = None) -> None:
+    """One row per job, ranked (by configuration when seeds repeat); raw numbers, empty cells where a job has no
+    value."""
     keys = _result_keys(sweep)
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["job", *sweep.swept, "status", *keys, "kl_threshold", "error"])
-        for job in sweep.jobs:
+        for job in _job_order(sweep, decision):
             swept = [format_value(job.overrides.get(k, DEFAULT_VALUE)) for k in sweep.swept]
             results = [job.stats[k] if job.value(k) is not None else "" for k in keys]
             writer.writerow([job.name, *swept, job.status, *results, job.kl_threshold, job.error or ""])
 
 
-def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str]) -> str:
-    """report.md: header line, verdict, results table, grid of the objective, plots, notes."""
+def write_intervals_csv(decision: Decision, path: Path) -> None:
+    """One row per configuration, best first: its seeds, centre, interval, P(best beats it) and place."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(TABLE_COLUMNS)
+        writer.writerows([["" if v is None else v for v in row] for row in table_rows(decision)])
+
+
+def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str], decision: Decision | None = None) -> str:
+    """report.md: header line, verdict, configurations over seeds, results table, grid of the objective, plots,
+    notes."""
     counts = ", ".join(f"{n} {status}" for status, n in Counter(job.status for job in sweep.jobs).items())
     order = "higher" if sweep.maximize else "lower"
     swept = ", ".join(f"`{k}`" for k in sweep.swept) or "nothing (a single configuration)"
@@ -269,11 +390,12 @@ def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str]) -> s
         "",
         "## Verdict",
         "",
-        *verdict(sweep),
+        *verdict(sweep, decision),
+        *_intervals_section(sweep, decision),
         "",
         "## Results",
         "",
-        *_results_table(sweep),
+        *_results_table(sweep, decision),
         *_grid_section(sweep),
         *halving_section(sweep.path),
     ]
@@ -284,7 +406,49 @@ def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str]) -> s
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _results_table(sweep: Sweep) -> list[str]:
+def _intervals_section(sweep: Sweep, decision: Decision | None) -> list[str]:
+    """Each configuration's objective over its seeds with its interval, and P(the best beats it), best first."""
+    if decision is None or (decision.outcome == Outcome.only and decision.leader.interval.n < 2):
+        return []
+    settings = decision.settings
+    level = _level(settings)
+    statistic = (
+        f"interquartile mean from {settings.interquartile_from} seeds, else mean"
+        if any(s.interval.n >= settings.interquartile_from for s in decision.standings)
+        else "mean"
+    )
+    headers = ["configuration", "seeds", f"{sweep.objective} ({statistic})", f"{level} interval"]
+    headers += ["P(best beats it)", "vs the best"]
+    lines = [
+        "",
+        f"## Configurations over seeds ({decision.outcome})",
+        "",
+        f"Bootstrap {level} intervals over each configuration's completed seeds (scipy.stats.bootstrap, "
+        f"{settings.resamples} resamples, seed {settings.seed}); P(best beats it): the chance that a seed of the "
+        "best beats a seed of this one, ties half, with its interval.",
+        "",
+        _md_row(headers),
+        _md_row(["---"] * len(headers)),
+    ]
+    for s in decision.standings:
+        i = s.interval
+        place = s.place + (f" (about {s.seeds_to_separate} seeds would part them)" if s.seeds_to_separate else "")
+        row = [f"`{s.label}`", str(i.n), f"{i.centre:.3f}", _bounds(i.low, i.high) or NONE_CELL]
+        lines.append(_md_row([*row, _improvement(s.improvement), place]))
+    return lines
+
+
+def _job_order(sweep: Sweep, decision: Decision | None) -> list[JobRecord]:
+    """The jobs best first; when seeds repeat, a configuration's jobs together, in the decision's order."""
+    groups = sweep.configs()
+    if decision is None or all(len(group.jobs) < 2 for group in groups):
+        return sweep.jobs
+    rank = {s.label: i for i, s in enumerate(decision.standings)}
+    place = {id(job): rank.get(_group_label(sweep, g), len(rank)) for g in groups for job in g.jobs}
+    return sorted(sweep.jobs, key=lambda job: place[id(job)])  # stable: each configuration's jobs best first
+
+
+def _results_table(sweep: Sweep, decision: Decision | None = None) -> list[str]:
     columns = [c for c in RESULT_COLUMNS if c[0] in _result_keys(sweep)]
     columns += [(k, k, "{:.4g}") for k in _result_keys(sweep) if k not in {c[0] for c in RESULT_COLUMNS}]
     thresholds = {job.kl_threshold for job in sweep.jobs}
@@ -293,7 +457,7 @@ def _results_table(sweep: Sweep) -> list[str]:
         (threshold,) = thresholds
         headers = [h.replace("threshold", f"{threshold:g}") for h in headers]
     lines = [_md_row(headers), _md_row(["---"] * len(headers))]
-    for job in sweep.jobs:
+    for job in _job_order(sweep, decision):
         swept = [format_value(job.overrides.get(k, DEFAULT_VALUE)) for k in sweep.swept]
         results = [_result_cell(job, key, spec, own_threshold=len(thresholds) > 1) for key, _, spec in columns]
         error = (job.error or "")[:TABLE_ERROR_CHARS]

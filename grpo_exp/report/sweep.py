@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from grpo_exp.config.schema import VerdictSettings
 from grpo_exp.errors import UserError
 from grpo_exp.folder import SUMMARY_FILE, JobFolder, multirun_file, read_yaml, sweep_jobs
 from grpo_exp.report.jobs import JobRecord, finite, load_job
@@ -76,6 +77,11 @@ class Sweep:
     def repeats(self) -> str:
         """What the jobs of one configuration differ by, for "mean ± std over ..." wording."""
         return "seeds" if SEED_KEY in self.swept else "jobs"
+
+    @property
+    def verdict(self) -> VerdictSettings:
+        """How configurations are judged over seeds: the jobs' ``sweep.verdict`` (the first job that has a config)."""
+        return next((job.verdict for job in self.jobs if job.verdict is not None), VerdictSettings())
 
     def configs(self) -> list[Group]:
         return group_jobs(self.jobs, self.config_keys)
