@@ -14,24 +14,20 @@ import argparse
 import csv
 import sys
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from grpo_exp.config.schema import VerdictSettings
 from grpo_exp.errors import UserError
 from grpo_exp.folder import FAILED, INCOMPLETE, INTERVALS_CSV, REPORT_DIR, STOPPED_EARLY, SUMMARY_FILE, report_dir
-from grpo_exp.report.decision import BELOW, TABLE_COLUMNS, Decision, Outcome, Standing, decide, table_rows
+from grpo_exp.report import seed_verdict
+from grpo_exp.report.decision import Decision
 from grpo_exp.report.halving import halving_section
-from grpo_exp.report.intervals import Improvement, Interval
 from grpo_exp.report.jobs import JobRecord
 from grpo_exp.report.stability import Stability, describe, median_max_kl, rank_stability
 from grpo_exp.report.sweep import (
     DEFAULT_OBJECTIVE,
     DEFAULT_VALUE,
-    SEED_KEY,
     Cell,
-    Group,
     Sweep,
     format_value,
     grid_axes,
@@ -39,12 +35,11 @@ from grpo_exp.report.sweep import (
     load_sweep,
     objective_grid,
 )
+from grpo_exp.report.text import MAX_LISTED, NONE_CELL, jobs_text, md_row
 
 REPORT_MD = "report.md"
 REPORT_CSV = "report.csv"
 TABLE_ERROR_CHARS = 100
-MAX_LISTED = 6  # configurations named in one verdict line before "and N more"
-NONE_CELL = "—"
 EXIT_NOTHING_TO_REPORT = 2
 # Metrics whose absence in some jobs is worth a note (a sweep mixing grpo.beta=0 logs no KL there).
 WATCHED_METRICS = ("reward_std", "kl", "frac_reward_zero_std")
@@ -77,17 +72,12 @@ OPTIONAL_COLUMNS = frozenset(key for key, _, _ in RESULT_COLUMNS if "eval" in ke
 def verdict(sweep: Sweep, decision: Decision | None = None) -> list[str]:
     """The report's opening bullets: the decision over seeds, how stable each configuration is, which jobs failed."""
     ranked = rank_stability(_assessed(sweep))
-    decision = decision if decision is not None else sweep_decision(sweep)
-    return [*_decision_lines(sweep, decision, ranked), *_stability(sweep, ranked), *_casualties(sweep)]
-
-
-def sweep_decision(sweep: Sweep) -> Decision | None:
-    """Each configuration's objective over its completed seeds, judged (``decision.py``); None without a result."""
-    configs = {
-        _group_label(sweep, group): [v for job in group.jobs if (v := sweep.outcome(job)) is not None]
-        for group in sweep.configs()
-    }
-    return decide(configs, sweep.maximize, sweep.verdict)
+    decision = decision if decision is not None else seed_verdict.sweep_decision(sweep)
+    return [
+        *seed_verdict.decision_lines(sweep, decision, _stability_note(decision, ranked)),
+        *_stability(sweep, ranked),
+        *_casualties(sweep),
+    ]
 
 
 def _assessed(sweep: Sweep) -> dict[str, list[JobRecord]]:
@@ -96,124 +86,21 @@ def _assessed(sweep: Sweep) -> dict[str, list[JobRecord]]:
     for group in sweep.configs():
         jobs = [job for job in group.jobs if job.finished and job.value("peak_reward") is not None]
         if jobs:
-            configs[_group_label(sweep, group)] = jobs
+            configs[sweep.config_label(group)] = jobs
     return configs
 
 
-def _decision_lines(sweep: Sweep, decision: Decision | None, stability: list[Stability]) -> list[str]:
-    """The first bullet: the decision, in the words of its outcome, with the leader's stability rank."""
+def _stability_note(decision: Decision | None, stability: list[Stability]) -> str:
+    """Where the decision's leader stands on stability, for the end of its line."""
     if decision is None:
-        return [f"- **No result:** no job completed with a {sweep.objective}."]
-    leader, settings = decision.leader, decision.settings
-    jobs = _jobs_text(_config_jobs(sweep, leader.label))
-    named = f"`{leader.label}` ({sweep.objective} {_estimate(leader.interval, settings)}, {jobs})"
-    outcome = decision.outcome
-    if outcome == Outcome.only:
-        line = f"- **Only configuration:** {named}."
-    elif outcome == Outcome.one_seed:
-        line = (
-            f"- **One seed per configuration:** `{leader.label}` scored highest ({sweep.objective} "
-            f"{leader.interval.centre:.3f}, {jobs}), but with one seed per configuration the report can't tell "
-            f"noise from difference. Run each on at least {settings.enough_seeds} seeds "
-            f"(`seed={','.join(map(str, range(settings.enough_seeds)))}`) to tell."
-        )
-    elif outcome == Outcome.clear_best:
-        runner_up = decision.standings[1]
-        line = (
-            f"- **Clear best:** {named}: its {_level(settings)} interval is clear of every other configuration's "
-            f"(P(it beats the runner-up `{runner_up.label}`) = {_improvement(runner_up.improvement)})."
-        )
-    elif outcome == Outcome.tied:
-        line = (
-            f"- **Can't be told apart:** {_names(s.label for s in decision.tied)} "
-            f"({_seed_counts(decision.tied)}). The highest is {named}; its interval overlaps "
-            f"{_overlaps(decision, settings)}. {_settle(decision)}{_below(decision)}"
-        )
-    else:
-        short = [s for s in decision.standings if s.label in decision.short]
-        whole = len(short) == len(decision.standings) > 2
-        few = f"all {len(short)} configurations" if whole else _names(s.label for s in short)
-        overlap = f"; its interval overlaps {_overlaps(decision, settings)}" if len(decision.tied) > 1 else ""
-        line = (
-            f"- **Not enough seeds to tell:** {few} ran fewer than {settings.enough_seeds} seeds "
-            f"({_seed_counts(short)}), and intervals over so few come apart by chance. The highest is {named}"
-            f"{overlap}. About {decision.seeds_needed or settings.enough_seeds} seeds per configuration would "
-            "settle it."
-        )
-    return [line + _stability_note(leader.label, stability)]
-
-
-def _estimate(interval: Interval, settings: VerdictSettings) -> str:
-    """\"IQM 0.812 [0.701, 0.903] over 4 seeds\" (the interval at the confidence level), or one seed's value."""
-    if interval.n == 1:
-        return f"{interval.centre:.3f}, one seed"
-    return f"{interval.statistic} {interval.centre:.3f} {_bounds(interval.low, interval.high)} over {interval.n} seeds"
-
-
-def _bounds(low: float | None, high: float | None, spec: str = "{:.3f}") -> str:
-    return "" if low is None or high is None else f"[{spec.format(low)}, {spec.format(high)}]"
-
-
-def _level(settings: VerdictSettings) -> str:
-    return f"{settings.confidence:.0%}"
-
-
-def _improvement(improvement: Improvement | None) -> str:
-    if improvement is None:
-        return NONE_CELL
-    bounds = _bounds(improvement.low, improvement.high, "{:.2f}")
-    return f"{improvement.probability:.2f}" + (f" {bounds}" if bounds else "")
-
-
-def _overlaps(decision: Decision, settings: VerdictSettings) -> str:
-    """The configurations whose interval overlaps the leader's, with P(leader beats each)."""
-    rivals = decision.tied[1:]
-    listed = [
-        f"`{s.label}`'s ({_estimate(s.interval, settings)}; P(the highest beats it) = {_improvement(s.improvement)})"
-        for s in rivals[:MAX_LISTED]
-    ]
-    more = len(rivals) - MAX_LISTED
-    return "; ".join(listed) + (f"; and {more} more" if more > 0 else "")
-
-
-def _settle(decision: Decision) -> str:
-    needed = decision.seeds_needed
-    if needed is None:
-        return "Their centres are equal: no number of seeds would part them."
-    return f"Were the gap real, about {needed} seeds per configuration would tell them apart."
-
-
-def _below(decision: Decision) -> str:
-    below = [s.label for s in decision.standings if s.place == BELOW]
-    return f" Below them, clear of the highest: {_names(below)}." if below else ""
-
-
-def _names(labels: Iterable[str]) -> str:
-    names = [f"`{label}`" for label in labels]
-    more = len(names) - MAX_LISTED
-    return ", ".join(names[:MAX_LISTED]) + (f" and {more} more" if more > 0 else "")
-
-
-def _seed_counts(standings: list[Standing]) -> str:
-    counts = sorted({s.interval.n for s in standings})
-    if len(counts) == 1:
-        return f"{counts[0]} seed{'s' if counts[0] > 1 else ''} each"
-    return ", ".join(f"`{s.label}` {s.interval.n}" for s in standings[:MAX_LISTED]) + " seeds"
-
-
-def _stability_note(label: str, stability: list[Stability]) -> str:
+        return ""
+    label = decision.leader.label
     live = [s.label for s in stability if not s.dead]
     if any(s.label == label and s.dead for s in stability):
         return " Its reward never varied: it is dead, see below."
     if label in live and len(live) > 1:
         return f" Stability: #{live.index(label) + 1} of {len(live)}, see below."
     return ""
-
-
-def _config_jobs(sweep: Sweep, label: str) -> list[JobRecord]:
-    """The completed jobs of the configuration with this label."""
-    group = next(g for g in sweep.configs() if _group_label(sweep, g) == label)
-    return [job for job in group.jobs if job.finished]
 
 
 def _stability(sweep: Sweep, ranked: list[Stability]) -> list[str]:
@@ -227,7 +114,7 @@ def _stability(sweep: Sweep, ranked: list[Stability]) -> list[str]:
         more = len(entries) - MAX_LISTED
         listing = "; ".join(entries[:MAX_LISTED]) + (f"; and {more} more" if more > 0 else "")
         no_kl = [job for s in live for job in s.jobs if job.kl_steps is None]
-        caveat = f" ({_jobs_text(no_kl)} logged no KL: ranked without it)" if no_kl else ""
+        caveat = f" ({jobs_text(no_kl)} logged no KL: ranked without it)" if no_kl else ""
         lines.append(
             "- **Stability**, relative to this sweep, most stable first (ranked on the drop from the peak reward, "
             f"the fall of reward std before success and the max KL against the sweep's median){caveat}: {listing}."
@@ -241,11 +128,11 @@ def _stability(sweep: Sweep, ranked: list[Stability]) -> list[str]:
             reward = _span([job.value("final_reward") for job in s.jobs])
             lines.append(
                 f"- **Dead:** `{s.label}`: the reward stayed at {reward}, reward std never reached {floor} and the "
-                f"reward moved less than {gain}, in {_jobs_text(s.jobs)}: no learning signal, not stable."
+                f"reward moved less than {gain}, in {jobs_text(s.jobs)}: no learning signal, not stable."
             )
     drifting, collapses = [], []
     for group in sweep.configs():  # flags, partial runs included: a killed run's KL alarm still matters
-        label, logged = _group_label(sweep, group), [job for job in group.jobs if job.value("peak_reward") is not None]
+        label, logged = sweep.config_label(group), [job for job in group.jobs if job.value("peak_reward") is not None]
         if kl_jobs := [job for job in logged if job.kl_steps]:
             drifting.append((label, kl_jobs))
         if collapsed := [job for job in logged if job.collapsed and not job.dead]:
@@ -287,7 +174,7 @@ def _kl_text(jobs: list[JobRecord]) -> str:
     steps = _span([job.kl_steps for job in jobs], "{:.0f}")
     threshold = _span([job.kl_threshold for job in jobs], "{:g}")
     max_kl = max(job.value("max_kl") or 0.0 for job in jobs)
-    return f"{steps} steps above {threshold} (max KL {max_kl:.3f}) in {_jobs_text(jobs)}"
+    return f"{steps} steps above {threshold} (max KL {max_kl:.3f}) in {jobs_text(jobs)}"
 
 
 def _collapse_text(jobs: list[JobRecord]) -> str:
@@ -298,7 +185,7 @@ def _collapse_text(jobs: list[JobRecord]) -> str:
     final, peak = _span([job.value("final_reward") for job in jobs]), _span([job.value("peak_reward") for job in jobs])
     return (
         f"final reward std {std} < {floor} while the final reward {final} is below its peak {peak}, "
-        f"in {_jobs_text(jobs)}: homogeneous generations before success"
+        f"in {jobs_text(jobs)}: homogeneous generations before success"
     )
 
 
@@ -306,19 +193,6 @@ def _span(values: list[Any], spec: str = "{:.3f}") -> str:
     """One number, or the range of several ("0.200–0.300"), so a line covers all seeds of a configuration."""
     low, high = spec.format(min(values)), spec.format(max(values))
     return low if low == high else f"{low}–{high}"
-
-
-def _group_label(sweep: Sweep, group: Group) -> str:
-    if sweep.config_keys:
-        return sweep.label(group.jobs[0], sweep.config_keys)
-    if len(group.jobs) > 1:
-        return "the one configuration" + (" (jobs differ only by seed)" if SEED_KEY in sweep.swept else "")
-    return str(group.jobs[0].stats.get("name") or group.jobs[0].name)
-
-
-def _jobs_text(jobs: Iterable[JobRecord]) -> str:
-    names = sorted((job.name for job in jobs), key=lambda name: (len(name), name))
-    return ("job " if len(names) == 1 else "jobs ") + ", ".join(names)
 
 
 def _job_ref(sweep: Sweep, job: JobRecord) -> str:
@@ -346,10 +220,10 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     notes = _notes(sweep)
     images = _draw(sweep, out_dir, notes) if plots else []
-    decision = sweep_decision(sweep)
+    decision = seed_verdict.sweep_decision(sweep)
     write_csv(sweep, out_dir / REPORT_CSV, decision)
     if decision is not None:
-        write_intervals_csv(decision, out_dir / INTERVALS_CSV)
+        seed_verdict.write_intervals_csv(decision, out_dir / INTERVALS_CSV)
     report = out_dir / REPORT_MD
     report.write_text(markdown(sweep, images, notes, decision), encoding="utf-8")
     return report
@@ -362,18 +236,10 @@ def write_csv(sweep: Sweep, path: Path, decision: Decision | None = None) -> Non
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["job", *sweep.swept, "status", *keys, "kl_threshold", "error"])
-        for job in _job_order(sweep, decision):
+        for job in seed_verdict.job_order(sweep, decision):
             swept = [format_value(job.overrides.get(k, DEFAULT_VALUE)) for k in sweep.swept]
             results = [job.stats[k] if job.value(k) is not None else "" for k in keys]
             writer.writerow([job.name, *swept, job.status, *results, job.kl_threshold, job.error or ""])
-
-
-def write_intervals_csv(decision: Decision, path: Path) -> None:
-    """One row per configuration, best first: its seeds, centre, interval, P(best beats it) and place."""
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(TABLE_COLUMNS)
-        writer.writerows([["" if v is None else v for v in row] for row in table_rows(decision)])
 
 
 def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str], decision: Decision | None = None) -> str:
@@ -391,7 +257,7 @@ def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str], deci
         "## Verdict",
         "",
         *verdict(sweep, decision),
-        *_intervals_section(sweep, decision),
+        *seed_verdict.intervals_section(sweep, decision),
         "",
         "## Results",
         "",
@@ -406,48 +272,6 @@ def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str], deci
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _intervals_section(sweep: Sweep, decision: Decision | None) -> list[str]:
-    """Each configuration's objective over its seeds with its interval, and P(the best beats it), best first."""
-    if decision is None or (decision.outcome == Outcome.only and decision.leader.interval.n < 2):
-        return []
-    settings = decision.settings
-    level = _level(settings)
-    statistic = (
-        f"interquartile mean from {settings.interquartile_from} seeds, else mean"
-        if any(s.interval.n >= settings.interquartile_from for s in decision.standings)
-        else "mean"
-    )
-    headers = ["configuration", "seeds", f"{sweep.objective} ({statistic})", f"{level} interval"]
-    headers += ["P(best beats it)", "vs the best"]
-    lines = [
-        "",
-        f"## Configurations over seeds ({decision.outcome})",
-        "",
-        f"Bootstrap {level} intervals over each configuration's completed seeds (scipy.stats.bootstrap, "
-        f"{settings.resamples} resamples, seed {settings.seed}); P(best beats it): the chance that a seed of the "
-        "best beats a seed of this one, ties half, with its interval.",
-        "",
-        _md_row(headers),
-        _md_row(["---"] * len(headers)),
-    ]
-    for s in decision.standings:
-        i = s.interval
-        place = s.place + (f" (about {s.seeds_to_separate} seeds would part them)" if s.seeds_to_separate else "")
-        row = [f"`{s.label}`", str(i.n), f"{i.centre:.3f}", _bounds(i.low, i.high) or NONE_CELL]
-        lines.append(_md_row([*row, _improvement(s.improvement), place]))
-    return lines
-
-
-def _job_order(sweep: Sweep, decision: Decision | None) -> list[JobRecord]:
-    """The jobs best first; when seeds repeat, a configuration's jobs together, in the decision's order."""
-    groups = sweep.configs()
-    if decision is None or all(len(group.jobs) < 2 for group in groups):
-        return sweep.jobs
-    rank = {s.label: i for i, s in enumerate(decision.standings)}
-    place = {id(job): rank.get(_group_label(sweep, g), len(rank)) for g in groups for job in g.jobs}
-    return sorted(sweep.jobs, key=lambda job: place[id(job)])  # stable: each configuration's jobs best first
-
-
 def _results_table(sweep: Sweep, decision: Decision | None = None) -> list[str]:
     columns = [c for c in RESULT_COLUMNS if c[0] in _result_keys(sweep)]
     columns += [(k, k, "{:.4g}") for k in _result_keys(sweep) if k not in {c[0] for c in RESULT_COLUMNS}]
@@ -456,12 +280,12 @@ def _results_table(sweep: Sweep, decision: Decision | None = None) -> list[str]:
     if len(thresholds) == 1:
         (threshold,) = thresholds
         headers = [h.replace("threshold", f"{threshold:g}") for h in headers]
-    lines = [_md_row(headers), _md_row(["---"] * len(headers))]
-    for job in _job_order(sweep, decision):
+    lines = [md_row(headers), md_row(["---"] * len(headers))]
+    for job in seed_verdict.job_order(sweep, decision):
         swept = [format_value(job.overrides.get(k, DEFAULT_VALUE)) for k in sweep.swept]
         results = [_result_cell(job, key, spec, own_threshold=len(thresholds) > 1) for key, _, spec in columns]
         error = (job.error or "")[:TABLE_ERROR_CHARS]
-        lines.append(_md_row([job.name, *swept, job.status, *results, error]))
+        lines.append(md_row([job.name, *swept, job.status, *results, error]))
     return lines
 
 
@@ -485,7 +309,7 @@ def _grid_section(sweep: Sweep) -> list[str]:
         header = [f"{axes[1]} ↓ {axes[0]} →", *map(format_value, xs)]
         rows = [[format_value(y), *(_cell_md(cells.get((i, j))) for i in range(len(xs)))] for j, y in enumerate(ys)]
     title = f"`{sweep.objective}` by " + " × ".join(f"`{k}`" for k in axes) + f" (mean ± std over {sweep.repeats})"
-    return ["", f"## {title}", "", _md_row(header), _md_row(["---"] * len(header)), *map(_md_row, rows)]
+    return ["", f"## {title}", "", md_row(header), md_row(["---"] * len(header)), *map(md_row, rows)]
 
 
 def _draw(sweep: Sweep, out_dir: Path, notes: list[str]) -> list[tuple[str, str]]:
@@ -511,7 +335,7 @@ def _notes(sweep: Sweep) -> list[str]:
         missing = [job for job in logged if not job.series(key)[0]]
         if missing and len(missing) < len(logged):
             hint = " (TRL logs no KL when grpo.beta=0)" if key == "kl" else ""
-            notes.append(f"`{key}` was not logged by {_jobs_text(missing)}{hint}")
+            notes.append(f"`{key}` was not logged by {jobs_text(missing)}{hint}")
     return notes
 
 
@@ -532,10 +356,6 @@ def _cell_md(cell: Cell | None) -> str:
     return f"{cell.mean:.3f}{spread} (n={cell.n})"
 
 
-def _md_row(cells: Iterable[str]) -> str:
-    return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
-
-
 # ---------------------------------------------------------------------------------------- command
 
 
@@ -553,6 +373,11 @@ def main(argv: list[str] | None = None) -> int:
         "--maximize", dest="maximize", action="store_true", help="higher is better (default except for KL-like keys)"
     )
     parser.add_argument("--no-plots", action="store_true", help="write the table and verdict only")
+    parser.add_argument(
+        "--log-table",
+        action="store_true",
+        help="also log the interval table to the trackers the jobs used (W&B, offline too; trackio)",
+    )
     args = parser.parse_args(argv)
     try:
         report = write_report(args.sweep_dir, args.out, args.objective, args.maximize, not args.no_plots)
@@ -561,4 +386,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_NOTHING_TO_REPORT
     print(report.read_text(encoding="utf-8").split("## Results")[0].rstrip())
     print(f"\nreport: {report}")
+    if args.log_table:
+        from grpo_exp.report.trackers import log_intervals
+
+        for line in log_intervals(args.sweep_dir, args.objective, args.maximize) or [
+            "no tracker: the jobs logged to neither W&B nor trackio"
+        ]:
+            print(f"intervals: {line}")
     return 0
