@@ -112,7 +112,8 @@ def test_a_halving_sweep_stops_the_loser_at_its_rung_and_resumes_the_winner(tmp_
     assert made == full * (FIRST_RUNG + MAX_STEPS) // (2 * MAX_STEPS)  # 2 + 4 steps of the 8 a full sweep trains
     report = (sweep_dir / "report" / "report.md").read_text()
     assert "## Successive halving" in report and f"job {stopped}" in report and "Stopped early" in report
-    assert f"job {kept}." in report.split("**Best configuration:**")[1].splitlines()[0]
+    verdict = report.split("## Verdict\n\n")[1].splitlines()[0]
+    assert verdict.startswith("- **Only configuration that completed:**") and f"job {kept});" in verdict
 
     before = {n: (sweep_dir / str(n) / "metrics.jsonl").read_text() for n in (0, 1)}
     again = multirun(sweep_dir, *command, "resume=auto")  # the same command resumes it: nothing left to train

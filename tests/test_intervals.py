@@ -155,3 +155,10 @@ def test_a_sweeps_own_verdict_settings_come_from_its_jobs_config(tmp_path):
             write_job(tmp_path, f"{arm}{seed}", [f"+tag={arm}", f"seed={seed}"], ramp(final), extra_config=extra)
     text = write_report(tmp_path, plots=False).read_text()
     assert "## Configurations over seeds (can't be told apart)" in text and "| 90% interval |" in text
+
+
+def test_a_sweep_where_only_one_configuration_completed_says_so(tmp_path):
+    write_job(tmp_path, "0", ["optimizer.lr=1e-3"], ramp(0.8), kls=[0.02] * 20)
+    write_job(tmp_path, "1", ["optimizer.lr=3e-3"], ramp(0.4, 5), kls=[0.02] * 5, status="stopped_early")
+    verdict = first_verdict(write_report(tmp_path, plots=False))
+    assert verdict.startswith("- **Only configuration that completed:** `optimizer.lr=0.001` (final_reward 0.800")

@@ -101,3 +101,25 @@ def test_a_sweep_logged_to_trackio_gets_the_table_in_a_trackio_run(tmp_path):
     table = json.loads(logged.stdout)
     assert table["_type"] == "trackio.table" and len(table["_value"]) == 2
     assert {row["configuration"] for row in table["_value"]} == {"tag=a", "tag=b"}
+
+
+@pytest.mark.e2e  # a real 2 x 2 sweep (2 steps a job), W&B offline
+def test_a_real_sweep_over_seeds_tags_its_runs_and_logs_the_table_when_it_ends(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    overrides = ["optimizer.lr=1e-3,3e-3", "seed=1,2", "grpo.max_steps=2", "threads=1", "logger.mode=offline"]
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
+    command = [sys.executable, "run.py", "-m", f"hydra.sweep.dir={sweep_dir}", *overrides]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = [read_run(next((sweep_dir / str(n) / "wandb").glob("offline-run-*"))) for n in range(4)]
+    assert [(r.config["configuration"], r.config["seed"]) for r in runs] == [
+        ("optimizer.lr=0.001", 1),
+        ("optimizer.lr=0.001", 2),
+        ("optimizer.lr=0.003", 1),
+        ("optimizer.lr=0.003", 2),
+    ]
+    (folder,) = (sweep_dir / "report" / "wandb").glob("offline-run-*")
+    table_run = read_run(folder)
+    assert (table_run.job_type, table_run.group) == ("sweep-report", runs[0].group)
+    assert table_run.summary["outcome"] == "not enough seeds" and table_run.summary["configurations"] == 2
+    assert "sweep intervals: W&B table" in result.stderr

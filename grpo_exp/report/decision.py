@@ -61,7 +61,10 @@ class Decision:
     @property
     def seeds_needed(self) -> int | None:
         """Seeds per configuration that would settle it: at least enough_seeds, more for an overlap whose gap
-        needs them; None when an overlap has no gap at all (equal centres)."""
+        needs them; None when it is settled (a clear best, one configuration) or an overlap has no gap at all
+        (equal centres)."""
+        if self.outcome in (Outcome.clear_best, Outcome.only):
+            return None
         needs = [s.seeds_to_separate for s in self.tied[1:]]
         if None in needs:
             return None

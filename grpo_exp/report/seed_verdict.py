@@ -35,7 +35,9 @@ def decision_lines(sweep: Sweep, decision: Decision | None, note: str = "") -> l
     jobs = jobs_text(_config_jobs(sweep, leader.label))
     named = f"`{leader.label}` ({sweep.objective} {_estimate(leader.interval, settings)}, {jobs})"
     outcome = decision.outcome
-    if outcome == Outcome.only:
+    if outcome == Outcome.only and len(sweep.configs()) > 1:  # the others stopped early (halving) or failed
+        line = f"- **Only configuration that completed:** {named}; the others did not, see below."
+    elif outcome == Outcome.only:
         line = f"- **Only configuration:** {named}."
     elif outcome == Outcome.one_seed:
         line = (
