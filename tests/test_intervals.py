@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,21 @@ def test_a_sweep_where_only_one_configuration_completed_says_so(tmp_path):
     write_job(tmp_path, "1", ["optimizer.lr=3e-3"], ramp(0.4, 5), kls=[0.02] * 5, status="stopped_early")
     verdict = first_verdict(write_report(tmp_path, plots=False))
     assert verdict.startswith("- **Only configuration that completed:** `optimizer.lr=0.001` (final_reward 0.800")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("sweep.verdict.confidence=1", "sweep.verdict.confidence=1.0 is out of range: it must lie in (0, 1)"),
+        ("sweep.verdict.enough_seeds=1", "sweep.verdict.enough_seeds=1: an interval needs 2 seeds or more"),
+        ("sweep.verdict.interquartile_from=3", "drops a quarter at each end, use 4+"),
+        ("sweep.verdict.resamples=0", "sweep.verdict.resamples=0 must be at least 1"),
+    ],
+)
+def test_verdict_settings_out_of_range_fail_in_one_line(settings, override, message):
+    from grpo_exp.config.checks import check
+    from grpo_exp.errors import UserError
+
+    with pytest.raises(UserError, match=re.escape(message)) as err:
+        check(settings(override))
+    assert "\n" not in str(err.value)

@@ -122,4 +122,4 @@ def test_a_real_sweep_over_seeds_tags_its_runs_and_logs_the_table_when_it_ends(t
     table_run = read_run(folder)
     assert (table_run.job_type, table_run.group) == ("sweep-report", runs[0].group)
     assert table_run.summary["outcome"] == "not enough seeds" and table_run.summary["configurations"] == 2
-    assert "sweep intervals: W&B table" in result.stderr
+    assert "sweep intervals: W&B table" in result.stdout + result.stderr  # Hydra logs the sweep's end on stdout
