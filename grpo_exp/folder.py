@@ -15,7 +15,8 @@ so every name is here and nowhere else:
 - ``.hydra/overrides.yaml``: Hydra's record of the job's overrides;
 - ``.job.lock``: held by the job that runs in the folder (``JobFolder.lock``), naming its host and pid.
 
-A sweep folder holds its jobs and Hydra's ``multirun.yaml``; the report goes to ``report/``.
+A sweep folder holds its jobs and Hydra's ``multirun.yaml``; the report goes to ``report/`` (with
+``intervals.csv``, and a ``wandb/`` of its own when the interval table was logged to W&B).
 
 Whole files are written atomically (a reader sees the old content or the new, never half), and
 JSON Lines files are appended line by line; readers skip a line a kill cut short.
@@ -58,6 +59,7 @@ SEAL_FILE = "grpo_exp_state.json"
 DAMAGED_PREFIX = "damaged-"
 MULTIRUN_FILE = "multirun.yaml"
 REPORT_DIR = "report"
+INTERVALS_CSV = "intervals.csv"  # in the report: each configuration's objective over its seeds, with intervals
 HALVING_FILE = "halving.json"  # successive halving's decisions, written as each rung ends
 # A job's ``status`` in summary.json; INCOMPLETE is what a reader makes of a job without one (killed hard).
 COMPLETED, FAILED, INTERRUPTED, INCOMPLETE = "completed", "failed", "interrupted", "incomplete"

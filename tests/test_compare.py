@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
 import struct
 import subprocess
@@ -140,14 +141,13 @@ def test_table_has_one_row_per_job_with_swept_columns_best_first(grid_report):
     assert "logger" not in rows[0]  # the same in every job: not swept
     for column in ("final_reward", "peak_reward", "final_reward_std", "mean_kl", "max_kl", "wall_time_s", "error"):
         assert column in rows[0]
+    # seeds repeat: a configuration's jobs together, configurations in the verdict's order, each one's best first
+    assert [r["job"] for r in rows] == ["8", "7", "9", "5", "6", "3", "2", "4", "1", "0"]
     best = rows[0]
-    assert (best["job"], best["grpo.num_generations"], best["optimizer.lr"], best["seed"]) == ("5", "8", "0.001", "0")
-    assert float(best["final_reward"]) == pytest.approx(0.95)
-    assert [r["job"] for r in rows[:8]] == ["5", "8", "7", "3", "2", "6", "1", "0"]
-    finals = [float(r["final_reward"]) for r in rows[:8]]
-    assert finals == sorted(finals, reverse=True)
-    assert {r["status"] for r in rows[8:]} == {"failed", "incomplete"}  # unfinished last, though job 9 scored 0.99
-    assert int(best["steps_above_kl_threshold"]) == 5
+    assert (best["grpo.num_generations"], best["optimizer.lr"], best["seed"]) == ("8", "0.0003", "1")
+    assert float(best["final_reward"]) == pytest.approx(0.85)
+    assert rows[2]["status"] == "incomplete"  # after its configuration's completed jobs, though it scored 0.99
+    assert int(rows[3]["steps_above_kl_threshold"]) == 5
 
 
 def test_markdown_table_lists_every_job_in_rank_order(grid_report):
@@ -181,10 +181,13 @@ def test_heatmap_cell_is_the_mean_over_completed_seeds(grid_report):
     assert "| 0.0003 | 0.550 ± 0.071 (n=2) | 0.825 ± 0.035 (n=2) |" in grid
 
 
-def test_verdict_names_the_best_configuration_by_mean_over_seeds(grid_report):
-    verdict = section(grid_report, "Verdict")
-    assert "**Best configuration:** `grpo.num_generations=8, optimizer.lr=0.0003`: final_reward 0.825" in verdict
-    assert "mean ± std over 2 seeds" in verdict
+def test_verdict_with_two_seeds_each_names_the_highest_but_asks_for_more_seeds(grid_report):
+    verdict = section(grid_report, "Verdict").strip().splitlines()[0]
+    assert verdict.startswith("- **Not enough seeds to tell:** all 4 configurations ran fewer than 4 seeds (2 seeds")
+    highest = "`grpo.num_generations=8, optimizer.lr=0.0003` (final_reward mean 0.825 [0.800, 0.850] over 2 seeds"
+    assert f"The highest is {highest}" in verdict
+    assert "its interval overlaps `grpo.num_generations=8, optimizer.lr=0.001`'s (mean 0.700 [0.450, 0.950]" in verdict
+    assert re.search(r"About \d+ seeds per configuration would settle it\.", verdict)
 
 
 def test_verdict_flags_kl_excursion_and_reward_std_collapse(grid_report):
@@ -229,7 +232,7 @@ def test_single_run_folder_is_reported_as_one_configuration(tmp_path):
     rows = read_csv(report)
     assert [(r["job"], r["status"]) for r in rows] == [("18-12-49", "completed")]
     verdict = section(report, "Verdict")
-    assert "**Only configuration:** `grpo.max_steps=20`: final_reward 0.700" in verdict
+    assert "**Only configuration:** `grpo.max_steps=20` (final_reward 0.700, one seed, job 18-12-49)." in verdict
     assert "- **Stability**" in verdict and "1. `grpo.max_steps=20` (drop 0.000, std fall 0.000" in verdict
     assert sorted(p.name for p in report.parent.glob("*.png")) == ["kl_curves.png", "reward_curves.png"]
 
@@ -241,7 +244,7 @@ def test_one_swept_key_gets_a_bar_plot_not_a_heatmap(tmp_path):
     png_size(report.parent / "final_reward_vs_optimizer.lr.png")
     assert not list(report.parent.glob("*heatmap*"))
     assert "| 0.0003 | 0.800 ± 0.141 (n=2) |" in report.read_text()
-    assert "**Best configuration:** `optimizer.lr=0.0003`: final_reward 0.800" in section(report, "Verdict")
+    assert "The highest is `optimizer.lr=0.0003` (final_reward mean 0.800 [0.700, 0.900]" in section(report, "Verdict")
 
 
 def test_mixed_and_damaged_job_folders_are_reported_not_fatal(tmp_path):
@@ -369,7 +372,8 @@ def test_a_sweep_with_held_out_prompts_ranks_on_them_and_says_so(tmp_path):
     report = write_report(tmp_path, plots=False)
     text = report.read_text()
     assert "Ranked by `final_eval_reward` (higher is better), the held-out reward." in text
-    assert "**Best configuration:** `optimizer.lr=0.0001`: final_eval_reward 0.500" in text
+    assert "**One seed per configuration:** `optimizer.lr=0.0001` scored highest (final_eval_reward 0.500" in text
+    assert "can't tell noise from difference. Run each on at least 4 seeds (`seed=0,1,2,3`)" in text
     rows = read_csv(report)
     assert [r["job"] for r in rows] == ["1", "0"]
     assert [float(r["final_eval_reward"]) for r in rows] == [0.5, 0.3] and rows[1]["final_reward"] == "0.9"
@@ -407,4 +411,5 @@ def test_a_flat_run_that_is_best_is_called_dead(tmp_path):
     write_job(tmp_path, "0", ["optimizer.lr=1e-6"], [0.2] * STEPS, stds=[0.0] * STEPS, kls=[0.01] * STEPS)
     write_job(tmp_path, "1", ["optimizer.lr=1e-3"], ramp(0.15), kls=[0.01] * STEPS)
     verdict = section(write_report(tmp_path, plots=False), "Verdict")
-    assert "`optimizer.lr=1e-06`: final_reward 0.200, job 0. Its reward never varied: it is dead" in verdict
+    assert "`optimizer.lr=1e-06` scored highest (final_reward 0.200, job 0)" in verdict
+    assert "to tell. Its reward never varied: it is dead" in verdict

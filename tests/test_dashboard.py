@@ -80,13 +80,30 @@ def test_view_groups_reward_std_and_kl_by_group_size_and_by_learning_rate(tmp_pa
     assert not any("seed" in s.name for s in workspace.sections)
 
 
+def test_a_sweep_over_seeds_gets_one_line_per_configuration_first(tmp_path):
+    folder = make_sweep(tmp_path)
+    task = ["grpo.num_generations=4,6", "optimizer.lr=1e-3,3e-3", "seed=0,1,2,3"]
+    (folder / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": task}}}))
+    workspace = build_workspace(read_sweep(folder))
+    assert workspace.sections[0].name == "By configuration (over seeds)"
+    plots = workspace.sections[0].panels
+    assert [p.y for p in plots] == [["train/reward"], ["train/reward_std"], ["train/kl"], ["eval/reward"]]
+    assert {(p.groupby, p.groupby_aggfunc, p.groupby_rangefunc) for p in plots} == {
+        (wr.Config("configuration"), "mean", "minmax")
+    }
+    assert "By configuration (over seeds)" not in [
+        s.name for s in build_workspace(read_sweep(make_sweep(tmp_path / "one"))).sections
+    ]
+
+
 def test_view_has_parts_eval_parallel_coordinates_and_runs_table(tmp_path):
     workspace = build_workspace(read_sweep(make_sweep(tmp_path)))
     assert [p.y for p in panels_of(workspace, "Reward parts")] == [[f"train/rewards/{p}/mean"] for p in PARTS]
     evals = [p.y for p in panels_of(workspace, "Held-out evaluation")]
     assert evals == [["eval/reward"], ["eval/reward_std"], ["eval/rewards/format/mean"]]
-    parallel, comparer = panels_of(workspace, "Sweep outcome")
+    parallel, comparer, intervals = panels_of(workspace, "Sweep outcome")
     assert isinstance(comparer, wr.RunComparer)
+    assert isinstance(intervals, wr.WeavePanelSummaryTable) and intervals.table_name == "sweep/intervals"
     assert [c.metric for c in parallel.columns] == [
         wr.Config(GROUP_SIZE),
         wr.Config(LR),
@@ -94,7 +111,7 @@ def test_view_has_parts_eval_parallel_coordinates_and_runs_table(tmp_path):
         wr.SummaryMetric("eval/reward"),
     ]
     table = workspace.runset_settings.pinned_columns
-    assert table[0] == "run:displayName"
+    assert table[:3] == ["run:displayName", "config:configuration.value", "config:seed.value"]
     assert {"config:grpo_exp.value.grpo.num_generations", "config:grpo_exp.value.optimizer.lr"} <= set(table)
     assert {"summary:summary/final_reward", "summary:eval/reward"} <= set(table)
     assert workspace.runset_settings.filters == f"Metric(\"Group\") == '{GROUP}'"
@@ -104,7 +121,7 @@ def test_without_held_out_set_there_is_no_eval_panel(tmp_path):
     workspace = build_workspace(read_sweep(make_sweep(tmp_path, eval_rows=False)))
     assert "Held-out evaluation" not in [s.name for s in workspace.sections]
     assert all("eval/reward" not in p.y for p in panels_of(workspace, "By lr (optimizer.lr)"))
-    parallel, _ = panels_of(workspace, "Sweep outcome")
+    parallel, *_ = panels_of(workspace, "Sweep outcome")
     assert len(parallel.columns) == 3
 
 
@@ -112,7 +129,7 @@ def test_the_final_eval_reward_of_summary_json_feeds_the_outcome(tmp_path):
     folder = make_sweep(tmp_path)
     summary = folder / "0" / "summary.json"
     summary.write_text(json.dumps({**json.loads(summary.read_text()), "final_eval_reward": 0.3}))
-    parallel, _ = panels_of(build_workspace(read_sweep(folder)), "Sweep outcome")
+    parallel, *_ = panels_of(build_workspace(read_sweep(folder)), "Sweep outcome")
     assert parallel.columns[-1].metric == wr.SummaryMetric("summary/final_eval_reward")
 
 

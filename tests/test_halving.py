@@ -112,7 +112,8 @@ def test_a_halving_sweep_stops_the_loser_at_its_rung_and_resumes_the_winner(tmp_
     assert made == full * (FIRST_RUNG + MAX_STEPS) // (2 * MAX_STEPS)  # 2 + 4 steps of the 8 a full sweep trains
     report = (sweep_dir / "report" / "report.md").read_text()
     assert "## Successive halving" in report and f"job {stopped}" in report and "Stopped early" in report
-    assert f"job {kept}." in report.split("**Best configuration:**")[1].splitlines()[0]
+    verdict = report.split("## Verdict\n\n")[1].splitlines()[0]
+    assert verdict.startswith("- **Only configuration that completed:**") and f"job {kept});" in verdict
 
     before = {n: (sweep_dir / str(n) / "metrics.jsonl").read_text() for n in (0, 1)}
     again = multirun(sweep_dir, *command, "resume=auto")  # the same command resumes it: nothing left to train
@@ -231,3 +232,56 @@ def test_the_report_shows_each_configurations_score_per_rung_and_where_it_stoppe
         f"| `optimizer.lr=3e-3` | 0.900 | 0.950 | step {MAX_STEPS} (the end) |",
     ]
     assert halving_section(tmp_path / "no-halving") == []
+
+
+# Four configurations over three seeds, eta 2: the rung keeps the best two by score; c's interval overlaps a's.
+SEEDED = {
+    "optimizer.lr=1e-3": (0.80, 0.85, 0.90),
+    "optimizer.lr=2e-3": (0.78, 0.84, 0.86),
+    "optimizer.lr=3e-3": (0.60, 0.81, 0.88),
+    "optimizer.lr=4e-3": (0.10, 0.12, 0.15),
+}
+
+
+def seeded_sweep(tmp_path: Path) -> tuple[FakeSweep, list[list[str]]]:
+    jobs = [[config, f"seed={seed}"] for config in SEEDED for seed in range(3)]
+    scores = {(n, FIRST_RUNG): SEEDED[job[0]][n % 3] for n, job in enumerate(jobs)}
+    scores |= {(n, MAX_STEPS): 0.9 for n in range(len(jobs))}
+    return FakeSweep(tmp_path, scores), jobs
+
+
+def test_with_several_seeds_a_configuration_whose_interval_overlaps_the_best_is_kept(tmp_path):
+    fake, jobs = seeded_sweep(tmp_path)
+    halving.run(jobs, tmp_path, halving_config([]), fake.launch)
+    first = read_json(tmp_path / HALVING_FILE)["rungs"][0]
+    assert first["kept"] == ["optimizer.lr=1e-3", "optimizer.lr=2e-3", "optimizer.lr=3e-3"]  # ceil(4/2) = 2, and one
+    assert first["reasons"]["optimizer.lr=3e-3"] == "kept: its interval over 3 seeds overlaps the best's"
+    assert first["reasons"]["optimizer.lr=4e-3"] == "stopped: its interval lies clear below the best's"
+    low, high = first["intervals"]["optimizer.lr=1e-3"]
+    assert first["scores"]["optimizer.lr=1e-3"] == pytest.approx(0.85) and low < 0.85 < high
+    assert first["seeds"] == dict.fromkeys(SEEDED, 3)
+    assert fake.trained(1) == list(range(9))  # the three kept configurations' nine jobs go on
+    assert all(JobFolder(tmp_path / str(n)).summary()["status"] == STOPPED_EARLY for n in (9, 10, 11))
+
+
+def test_with_one_seed_each_the_rung_keeps_the_best_1_over_eta_only(tmp_path):
+    jobs = [[config] for config in SEEDED]
+    scores = {(n, FIRST_RUNG): SEEDED[job[0]][2] for n, job in enumerate(jobs)} | {(0, MAX_STEPS): 0.9}
+    fake = FakeSweep(tmp_path, scores | {(n, MAX_STEPS): 0.9 for n in range(4)})
+    halving.run(jobs, tmp_path, halving_config([]), fake.launch)
+    first = read_json(tmp_path / HALVING_FILE)["rungs"][0]
+    assert first["kept"] == ["optimizer.lr=1e-3", "optimizer.lr=3e-3"]  # 0.90 and 0.88: the best two
+    assert first["reasons"]["optimizer.lr=2e-3"] == "stopped: outside the best 1/2, and one seed gives no interval"
+
+
+def test_the_report_shows_each_rungs_intervals_and_reasons(tmp_path):
+    fake, jobs = seeded_sweep(tmp_path)
+    halving.run(jobs, tmp_path, halving_config([]), fake.launch)
+    text = "\n".join(halving_section(tmp_path))
+    low, high = read_json(tmp_path / HALVING_FILE)["rungs"][0]["intervals"]["optimizer.lr=3e-3"]
+    kept = f"| `optimizer.lr=3e-3` | 0.763 [{low:.3f}, {high:.3f}] | 0.900 [0.900, 0.900] | step {MAX_STEPS} "
+    assert kept + "(the end) |" in text
+    assert "| `optimizer.lr=4e-3` | 0.123 " in text and f"✗ | — | rung 0 (step {FIRST_RUNG}) |" in text
+    reasons = next(line for line in text.splitlines() if line.startswith(f"- Rung 0 (step {FIRST_RUNG}):"))
+    assert "`optimizer.lr=3e-3` kept: its interval over 3 seeds overlaps the best's" in reasons
+    assert "`optimizer.lr=4e-3` stopped: its interval lies clear below the best's" in reasons

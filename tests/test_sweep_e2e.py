@@ -79,7 +79,7 @@ def test_report_ranks_all_four_jobs_with_their_swept_values(grid):
     assert finals == sorted(finals, reverse=True)
     report = (grid / "report" / "report.md").read_text()
     assert "Ranked by `final_eval_reward` (higher is better), the held-out reward." in report
-    assert "## Verdict" in report and "Best configuration" in report
+    assert "## Verdict" in report and "One seed per configuration" in report
 
 
 @pytest.mark.e2e  # the grid fixture: a real 2 x 2 multirun, shared

@@ -118,6 +118,13 @@ RANGES: dict[str, Bound] = {
     "monitor.remedy.num_generations": Bound(
         2, why="monitor.remedy.num_generations={value}: GRPO compares completions within a group, use 4 or more"
     ),
+    "sweep.verdict.confidence": Bound(0, 1, low_open=True, high_open=True),
+    "sweep.verdict.resamples": COUNT,
+    "sweep.verdict.enough_seeds": Bound(2, why="sweep.verdict.enough_seeds={value}: an interval needs 2 seeds or more"),
+    "sweep.verdict.interquartile_from": Bound(
+        4, why="sweep.verdict.interquartile_from={value}: the interquartile mean drops a quarter at each end, use 4+"
+    ),
+    "sweep.verdict.seed": NON_NEGATIVE,
     "probe.prompts": COUNT,
     "probe.generation_batch": COUNT,
     "reward.timeout_s": NON_NEGATIVE,

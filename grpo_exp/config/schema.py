@@ -345,8 +345,20 @@ class HalvingSettings:
 
 
 @dataclass
+class VerdictSettings:
+    """How the sweep report and successive halving judge configurations over seeds (report/intervals.py)."""
+
+    confidence: float = 0.95
+    resamples: int = 9999
+    enough_seeds: int = 4
+    interquartile_from: int = 4
+    seed: int = 0
+
+
+@dataclass
 class SweepSettings:
     halving: HalvingSettings = field(default_factory=HalvingSettings)
+    verdict: VerdictSettings = field(default_factory=VerdictSettings)
 
 
 @dataclass

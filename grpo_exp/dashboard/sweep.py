@@ -53,6 +53,7 @@ class SweepFacts:
     reward_parts: list[str] = field(default_factory=list)  # part names, as in train/rewards/<part>/mean
     eval_keys: list[str] = field(default_factory=list)  # W&B keys eval/..., empty without a held-out set
     eval_summary_key: str | None = None  # the run-summary key holding the final held-out reward
+    seeded: bool = False  # the sweep repeats configurations over seeds: their runs are compared as groups
 
     @property
     def name(self) -> str:
@@ -76,6 +77,7 @@ def read_sweep(folder: Path) -> SweepFacts:
             "run the sweep with W&B on (the default logger=wandb, offline works too)"
         )
     config = _mapping(read_yaml(jobs[0].config))
+    swept = _swept_keys(folder)
     rows = [row for job in jobs for row in job.rows()]  # evaluation rows too: they carry the eval/ keys
     summaries = [job.summary() or {} for job in jobs]
     keys = {key for row in rows for key in row}
@@ -84,7 +86,7 @@ def read_sweep(folder: Path) -> SweepFacts:
         groups=list(dict.fromkeys(groups)),
         project=Counter(run.get("project") for run in runs).most_common(1)[0][0] or "grpo-exp",
         entity=(config.get("logger") or {}).get("entity"),
-        axes=_axes(folder, config),
+        axes=_axes(swept, config),
         runs=len(runs),
         reward_parts=sorted(
             {_part(k) for k in keys if k.startswith(PART_PREFIX) and k.endswith(PART_SUFFIX)}
@@ -92,16 +94,17 @@ def read_sweep(folder: Path) -> SweepFacts:
         ),
         eval_keys=sorted({_eval_key(k) for k in keys if k.startswith(EVAL_PREFIXES) and "reward" in k}),
         eval_summary_key=_eval_summary_key(summaries, keys),
+        seeded=bool(NOT_AXES & set(swept)),
     )
 
 
-def _axes(folder: Path, config: dict[str, Any]) -> list[Axis]:
+def _axes(swept: list[str], config: dict[str, Any]) -> list[Axis]:
     """The swept keys (minus repeats such as seeds), else the default pair, each with its W&B config path.
 
     A value key (``optimizer.lr``) is read from the nested job config, which every run has whether or
     not it was swept; a config-group choice (``reward=...``) only exists as the run's top-level override.
     """
-    keys = [k for k in _swept_keys(folder) if k not in NOT_AXES] or list(DEFAULT_AXES)
+    keys = [k for k in swept if k not in NOT_AXES] or list(DEFAULT_AXES)
     return [Axis(k, f"{WANDB_CONFIG_ROOT}.{k}" if _is_value(config, k) else k) for k in keys]
 
 

@@ -1,9 +1,12 @@
 """The saved W&B view of a sweep, built from ``wandb-workspaces`` objects (the ``dashboard`` extra).
 
 One section per swept key with reward, reward std and KL averaged over the runs sharing a value
-(min-max band), so group sizes and learning rates compare at a glance; then the reward parts, the
-held-out evaluation when the runs have one, and the outcome: a parallel-coordinates panel from the
-swept values to the final (and held-out) reward, a run comparer, and the runs table pinned to them.
+(min-max band), so group sizes and learning rates compare at a glance; when seeds repeat, first a
+section with one line per configuration (its seeds' mean and min-max band, grouped by the runs'
+``configuration`` config key). Then the reward parts, the held-out evaluation when the runs have one,
+and the outcome: a parallel-coordinates panel from the swept values to the final (and held-out)
+reward, a run comparer, the report's interval table (logged by the sweep's ``sweep-report`` run), and
+the runs table pinned to them, each run's configuration and seed first.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_exp.dashboard.sweep import EVAL_REWARD, TRAIN_PREFIX, SweepFacts
 from grpo_exp.errors import UserError
+from grpo_exp.tracking.sweep_table import INTERVALS_KEY
+from grpo_exp.tracking.wandb_run import CONFIGURATION_KEY, SEED_KEY
 
 if TYPE_CHECKING:
     import wandb_workspaces.workspaces as ws
@@ -63,6 +68,25 @@ def build_workspace(facts: SweepFacts, entity: str | None = None) -> ws.Workspac
         )
         for axis in facts.axes
     ]
+    if facts.seeded:  # each configuration's seeds as one line and its spread, the report's intervals beside it
+        sections.insert(
+            0,
+            ws.Section(
+                name="By configuration (over seeds)",
+                panels=[
+                    wr.LinePlot(
+                        title=f"{title} by configuration",
+                        x=X_AXIS,
+                        y=[key],
+                        groupby=wr.Config(CONFIGURATION_KEY),
+                        groupby_aggfunc=GROUP_AGG,
+                        groupby_rangefunc=GROUP_RANGE,
+                    )
+                    for key, title in _compared(facts)
+                ],
+                is_open=True,
+            ),
+        )
     if facts.reward_parts:
         sections.append(
             ws.Section(
@@ -95,6 +119,8 @@ def build_workspace(facts: SweepFacts, entity: str | None = None) -> ws.Workspac
             panels=[
                 wr.ParallelCoordinatesPlot(title=f"{swept} -> reward", columns=columns),
                 wr.RunComparer(diff_only="split"),
+                # the report's interval table, logged by the sweep's "sweep-report" run (grpo_exp/report/trackers.py)
+                wr.WeavePanelSummaryTable(table_name=INTERVALS_KEY),
             ],
             is_open=True,
         )
@@ -109,6 +135,7 @@ def build_workspace(facts: SweepFacts, entity: str | None = None) -> ws.Workspac
             filters=expr.And(group == facts.groups[0] if len(facts.groups) == 1 else group.isin(facts.groups)),
             pinned_columns=[
                 "run:displayName",
+                *(_column(expr.groupby_str_to_key(f"config.{key}")) for key in (CONFIGURATION_KEY, SEED_KEY)),
                 *(_column(expr.groupby_str_to_key(f"config.{a.wandb_key}")) for a in facts.axes),
                 *(f"summary:{key}" for key in dict.fromkeys([*TABLE_SUMMARY, *(k for k, _ in outcome)])),
                 "run:state",

@@ -14,21 +14,20 @@ import argparse
 import csv
 import sys
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from grpo_exp.errors import UserError
-from grpo_exp.folder import FAILED, INCOMPLETE, REPORT_DIR, STOPPED_EARLY, SUMMARY_FILE, report_dir
+from grpo_exp.folder import FAILED, INCOMPLETE, INTERVALS_CSV, REPORT_DIR, STOPPED_EARLY, SUMMARY_FILE, report_dir
+from grpo_exp.report import seed_verdict
+from grpo_exp.report.decision import Decision
 from grpo_exp.report.halving import halving_section
 from grpo_exp.report.jobs import JobRecord
 from grpo_exp.report.stability import Stability, describe, median_max_kl, rank_stability
 from grpo_exp.report.sweep import (
     DEFAULT_OBJECTIVE,
     DEFAULT_VALUE,
-    SEED_KEY,
     Cell,
-    Group,
     Sweep,
     format_value,
     grid_axes,
@@ -36,12 +35,11 @@ from grpo_exp.report.sweep import (
     load_sweep,
     objective_grid,
 )
+from grpo_exp.report.text import MAX_LISTED, NONE_CELL, jobs_text, md_row
 
 REPORT_MD = "report.md"
 REPORT_CSV = "report.csv"
 TABLE_ERROR_CHARS = 100
-MAX_LISTED = 6  # configurations named in one verdict line before "and N more"
-NONE_CELL = "—"
 EXIT_NOTHING_TO_REPORT = 2
 # Metrics whose absence in some jobs is worth a note (a sweep mixing grpo.beta=0 logs no KL there).
 WATCHED_METRICS = ("reward_std", "kl", "frac_reward_zero_std")
@@ -71,10 +69,15 @@ OPTIONAL_COLUMNS = frozenset(key for key, _, _ in RESULT_COLUMNS if "eval" in ke
 # ---------------------------------------------------------------------------------------- verdict
 
 
-def verdict(sweep: Sweep) -> list[str]:
-    """The report's opening bullets: the best configuration, how stable each is, which jobs failed."""
+def verdict(sweep: Sweep, decision: Decision | None = None) -> list[str]:
+    """The report's opening bullets: the decision over seeds, how stable each configuration is, which jobs failed."""
     ranked = rank_stability(_assessed(sweep))
-    return [*_best(sweep, ranked), *_stability(sweep, ranked), *_casualties(sweep)]
+    decision = decision if decision is not None else seed_verdict.sweep_decision(sweep)
+    return [
+        *seed_verdict.decision_lines(sweep, decision, _stability_note(decision, ranked)),
+        *_stability(sweep, ranked),
+        *_casualties(sweep),
+    ]
 
 
 def _assessed(sweep: Sweep) -> dict[str, list[JobRecord]]:
@@ -83,29 +86,21 @@ def _assessed(sweep: Sweep) -> dict[str, list[JobRecord]]:
     for group in sweep.configs():
         jobs = [job for job in group.jobs if job.finished and job.value("peak_reward") is not None]
         if jobs:
-            configs[_group_label(sweep, group)] = jobs
+            configs[sweep.config_label(group)] = jobs
     return configs
 
 
-def _best(sweep: Sweep, stability: list[Stability]) -> list[str]:
-    scored = [(group, sweep.stat(group.jobs)) for group in sweep.configs()]
-    ranked = sorted(
-        ((g, s) for g, s in scored if s.mean is not None), key=lambda gs: gs[1].mean, reverse=sweep.maximize
-    )
-    if not ranked:
-        return [f"- **No result:** no job completed with a {sweep.objective}."]
-    group, stat = ranked[0]
-    head = "Best configuration" if len(scored) > 1 else "Only configuration"
-    spread = f" ± {stat.std:.3f} (mean ± std over {stat.n} {sweep.repeats})" if stat.std is not None else ""
-    jobs = _jobs_text(job for job in group.jobs if job.finished)
-    label = _group_label(sweep, group)
-    line = f"- **{head}:** `{label}`: {sweep.objective} {stat.mean:.3f}{spread}, {jobs}."
+def _stability_note(decision: Decision | None, stability: list[Stability]) -> str:
+    """Where the decision's leader stands on stability, for the end of its line."""
+    if decision is None:
+        return ""
+    label = decision.leader.label
     live = [s.label for s in stability if not s.dead]
     if any(s.label == label and s.dead for s in stability):
-        line += " Its reward never varied: it is dead, see below."
-    elif label in live and len(live) > 1:
-        line += f" Stability: #{live.index(label) + 1} of {len(live)}, see below."
-    return [line]
+        return " Its reward never varied: it is dead, see below."
+    if label in live and len(live) > 1:
+        return f" Stability: #{live.index(label) + 1} of {len(live)}, see below."
+    return ""
 
 
 def _stability(sweep: Sweep, ranked: list[Stability]) -> list[str]:
@@ -119,7 +114,7 @@ def _stability(sweep: Sweep, ranked: list[Stability]) -> list[str]:
         more = len(entries) - MAX_LISTED
         listing = "; ".join(entries[:MAX_LISTED]) + (f"; and {more} more" if more > 0 else "")
         no_kl = [job for s in live for job in s.jobs if job.kl_steps is None]
-        caveat = f" ({_jobs_text(no_kl)} logged no KL: ranked without it)" if no_kl else ""
+        caveat = f" ({jobs_text(no_kl)} logged no KL: ranked without it)" if no_kl else ""
         lines.append(
             "- **Stability**, relative to this sweep, most stable first (ranked on the drop from the peak reward, "
             f"the fall of reward std before success and the max KL against the sweep's median){caveat}: {listing}."
@@ -133,11 +128,11 @@ def _stability(sweep: Sweep, ranked: list[Stability]) -> list[str]:
             reward = _span([job.value("final_reward") for job in s.jobs])
             lines.append(
                 f"- **Dead:** `{s.label}`: the reward stayed at {reward}, reward std never reached {floor} and the "
-                f"reward moved less than {gain}, in {_jobs_text(s.jobs)}: no learning signal, not stable."
+                f"reward moved less than {gain}, in {jobs_text(s.jobs)}: no learning signal, not stable."
             )
     drifting, collapses = [], []
     for group in sweep.configs():  # flags, partial runs included: a killed run's KL alarm still matters
-        label, logged = _group_label(sweep, group), [job for job in group.jobs if job.value("peak_reward") is not None]
+        label, logged = sweep.config_label(group), [job for job in group.jobs if job.value("peak_reward") is not None]
         if kl_jobs := [job for job in logged if job.kl_steps]:
             drifting.append((label, kl_jobs))
         if collapsed := [job for job in logged if job.collapsed and not job.dead]:
@@ -179,7 +174,7 @@ def _kl_text(jobs: list[JobRecord]) -> str:
     steps = _span([job.kl_steps for job in jobs], "{:.0f}")
     threshold = _span([job.kl_threshold for job in jobs], "{:g}")
     max_kl = max(job.value("max_kl") or 0.0 for job in jobs)
-    return f"{steps} steps above {threshold} (max KL {max_kl:.3f}) in {_jobs_text(jobs)}"
+    return f"{steps} steps above {threshold} (max KL {max_kl:.3f}) in {jobs_text(jobs)}"
 
 
 def _collapse_text(jobs: list[JobRecord]) -> str:
@@ -190,7 +185,7 @@ def _collapse_text(jobs: list[JobRecord]) -> str:
     final, peak = _span([job.value("final_reward") for job in jobs]), _span([job.value("peak_reward") for job in jobs])
     return (
         f"final reward std {std} < {floor} while the final reward {final} is below its peak {peak}, "
-        f"in {_jobs_text(jobs)}: homogeneous generations before success"
+        f"in {jobs_text(jobs)}: homogeneous generations before success"
     )
 
 
@@ -198,19 +193,6 @@ def _span(values: list[Any], spec: str = "{:.3f}") -> str:
     """One number, or the range of several ("0.200–0.300"), so a line covers all seeds of a configuration."""
     low, high = spec.format(min(values)), spec.format(max(values))
     return low if low == high else f"{low}–{high}"
-
-
-def _group_label(sweep: Sweep, group: Group) -> str:
-    if sweep.config_keys:
-        return sweep.label(group.jobs[0], sweep.config_keys)
-    if len(group.jobs) > 1:
-        return "the one configuration" + (" (jobs differ only by seed)" if SEED_KEY in sweep.swept else "")
-    return str(group.jobs[0].stats.get("name") or group.jobs[0].name)
-
-
-def _jobs_text(jobs: Iterable[JobRecord]) -> str:
-    names = sorted((job.name for job in jobs), key=lambda name: (len(name), name))
-    return ("job " if len(names) == 1 else "jobs ") + ", ".join(names)
 
 
 def _job_ref(sweep: Sweep, job: JobRecord) -> str:
@@ -238,26 +220,31 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     notes = _notes(sweep)
     images = _draw(sweep, out_dir, notes) if plots else []
-    write_csv(sweep, out_dir / REPORT_CSV)
+    decision = seed_verdict.sweep_decision(sweep)
+    write_csv(sweep, out_dir / REPORT_CSV, decision)
+    if decision is not None:
+        seed_verdict.write_intervals_csv(decision, out_dir / INTERVALS_CSV)
     report = out_dir / REPORT_MD
-    report.write_text(markdown(sweep, images, notes), encoding="utf-8")
+    report.write_text(markdown(sweep, images, notes, decision), encoding="utf-8")
     return report
 
 
-def write_csv(sweep: Sweep, path: Path) -> None:
-    """One row per job, ranked; raw numbers, empty cells where a job has no value."""
+def write_csv(sweep: Sweep, path: Path, decision: Decision | None = None) -> None:
+    """One row per job, ranked (by configuration when seeds repeat); raw numbers, empty cells where a job has no
+    value."""
     keys = _result_keys(sweep)
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["job", *sweep.swept, "status", *keys, "kl_threshold", "error"])
-        for job in sweep.jobs:
+        for job in seed_verdict.job_order(sweep, decision):
             swept = [format_value(job.overrides.get(k, DEFAULT_VALUE)) for k in sweep.swept]
             results = [job.stats[k] if job.value(k) is not None else "" for k in keys]
             writer.writerow([job.name, *swept, job.status, *results, job.kl_threshold, job.error or ""])
 
 
-def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str]) -> str:
-    """report.md: header line, verdict, results table, grid of the objective, plots, notes."""
+def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str], decision: Decision | None = None) -> str:
+    """report.md: header line, verdict, configurations over seeds, results table, grid of the objective, plots,
+    notes."""
     counts = ", ".join(f"{n} {status}" for status, n in Counter(job.status for job in sweep.jobs).items())
     order = "higher" if sweep.maximize else "lower"
     swept = ", ".join(f"`{k}`" for k in sweep.swept) or "nothing (a single configuration)"
@@ -269,11 +256,12 @@ def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str]) -> s
         "",
         "## Verdict",
         "",
-        *verdict(sweep),
+        *verdict(sweep, decision),
+        *seed_verdict.intervals_section(sweep, decision),
         "",
         "## Results",
         "",
-        *_results_table(sweep),
+        *_results_table(sweep, decision),
         *_grid_section(sweep),
         *halving_section(sweep.path),
     ]
@@ -284,7 +272,7 @@ def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str]) -> s
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _results_table(sweep: Sweep) -> list[str]:
+def _results_table(sweep: Sweep, decision: Decision | None = None) -> list[str]:
     columns = [c for c in RESULT_COLUMNS if c[0] in _result_keys(sweep)]
     columns += [(k, k, "{:.4g}") for k in _result_keys(sweep) if k not in {c[0] for c in RESULT_COLUMNS}]
     thresholds = {job.kl_threshold for job in sweep.jobs}
@@ -292,12 +280,12 @@ def _results_table(sweep: Sweep) -> list[str]:
     if len(thresholds) == 1:
         (threshold,) = thresholds
         headers = [h.replace("threshold", f"{threshold:g}") for h in headers]
-    lines = [_md_row(headers), _md_row(["---"] * len(headers))]
-    for job in sweep.jobs:
+    lines = [md_row(headers), md_row(["---"] * len(headers))]
+    for job in seed_verdict.job_order(sweep, decision):
         swept = [format_value(job.overrides.get(k, DEFAULT_VALUE)) for k in sweep.swept]
         results = [_result_cell(job, key, spec, own_threshold=len(thresholds) > 1) for key, _, spec in columns]
         error = (job.error or "")[:TABLE_ERROR_CHARS]
-        lines.append(_md_row([job.name, *swept, job.status, *results, error]))
+        lines.append(md_row([job.name, *swept, job.status, *results, error]))
     return lines
 
 
@@ -321,7 +309,7 @@ def _grid_section(sweep: Sweep) -> list[str]:
         header = [f"{axes[1]} ↓ {axes[0]} →", *map(format_value, xs)]
         rows = [[format_value(y), *(_cell_md(cells.get((i, j))) for i in range(len(xs)))] for j, y in enumerate(ys)]
     title = f"`{sweep.objective}` by " + " × ".join(f"`{k}`" for k in axes) + f" (mean ± std over {sweep.repeats})"
-    return ["", f"## {title}", "", _md_row(header), _md_row(["---"] * len(header)), *map(_md_row, rows)]
+    return ["", f"## {title}", "", md_row(header), md_row(["---"] * len(header)), *map(md_row, rows)]
 
 
 def _draw(sweep: Sweep, out_dir: Path, notes: list[str]) -> list[tuple[str, str]]:
@@ -347,7 +335,7 @@ def _notes(sweep: Sweep) -> list[str]:
         missing = [job for job in logged if not job.series(key)[0]]
         if missing and len(missing) < len(logged):
             hint = " (TRL logs no KL when grpo.beta=0)" if key == "kl" else ""
-            notes.append(f"`{key}` was not logged by {_jobs_text(missing)}{hint}")
+            notes.append(f"`{key}` was not logged by {jobs_text(missing)}{hint}")
     return notes
 
 
@@ -368,10 +356,6 @@ def _cell_md(cell: Cell | None) -> str:
     return f"{cell.mean:.3f}{spread} (n={cell.n})"
 
 
-def _md_row(cells: Iterable[str]) -> str:
-    return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
-
-
 # ---------------------------------------------------------------------------------------- command
 
 
@@ -389,6 +373,11 @@ def main(argv: list[str] | None = None) -> int:
         "--maximize", dest="maximize", action="store_true", help="higher is better (default except for KL-like keys)"
     )
     parser.add_argument("--no-plots", action="store_true", help="write the table and verdict only")
+    parser.add_argument(
+        "--log-table",
+        action="store_true",
+        help="also log the interval table to the trackers the jobs used (W&B, offline too; trackio)",
+    )
     args = parser.parse_args(argv)
     try:
         report = write_report(args.sweep_dir, args.out, args.objective, args.maximize, not args.no_plots)
@@ -397,4 +386,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_NOTHING_TO_REPORT
     print(report.read_text(encoding="utf-8").split("## Results")[0].rstrip())
     print(f"\nreport: {report}")
+    if args.log_table:
+        from grpo_exp.report.trackers import log_intervals
+
+        for line in log_intervals(args.sweep_dir, args.objective, args.maximize) or [
+            "no tracker: the jobs logged to neither W&B nor trackio"
+        ]:
+            print(f"intervals: {line}")
     return 0

@@ -10,13 +10,14 @@ assumed without a readable ``config.yaml``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_exp.config.schema import MonitorSettings
+from grpo_exp.config.schema import MonitorSettings, VerdictSettings
 from grpo_exp.folder import (
     COMPLETED,
     CONFIG_FILE,
@@ -55,6 +56,7 @@ class JobRecord:
     min_reward_std: float = DEFAULT_MIN_REWARD_STD
     min_improvement: float = DEFAULT_MIN_IMPROVEMENT
     objective: str | None = None  # what the job returned to the sweeper (config key `objective`)
+    verdict: VerdictSettings | None = None  # its sweep.verdict settings; None without a readable config.yaml
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -147,9 +149,21 @@ def load_job(path: Path) -> JobRecord:
         min_reward_std=float(monitor.get("min_reward_std", DEFAULT_MIN_REWARD_STD)),
         min_improvement=float(monitor.get("min_improvement", DEFAULT_MIN_IMPROVEMENT)),
         objective=config.get("objective") if isinstance(config.get("objective"), str) else None,
+        verdict=_verdict(config),
         error=error,
         notes=notes,
     )
+
+
+def _verdict(config: dict[str, Any]) -> VerdictSettings | None:
+    """The job's ``sweep.verdict`` settings; the schema's default for a key its config lacks (a job run before
+    the key existed), None without a config."""
+    if not config:
+        return None
+    sweep = config.get("sweep") if isinstance(config.get("sweep"), dict) else {}
+    given = sweep.get("verdict") if isinstance(sweep.get("verdict"), dict) else {}
+    names = {f.name for f in dataclasses.fields(VerdictSettings)}
+    return VerdictSettings(**{k: v for k, v in given.items() if k in names})
 
 
 def _status(folder: JobFolder, summary: dict[str, Any] | None) -> str:

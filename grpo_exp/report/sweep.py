@@ -8,17 +8,18 @@ and outcomes. Only a folder with no job at all raises ``NothingToReport``.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from grpo_exp.config.schema import VerdictSettings
 from grpo_exp.errors import UserError
 from grpo_exp.folder import SUMMARY_FILE, JobFolder, multirun_file, read_yaml, sweep_jobs
 from grpo_exp.report.jobs import JobRecord, finite, load_job
 from grpo_exp.tracking.metrics import TRAINING_COUNTERPART
+from grpo_exp.tracking.wandb_run import value_text
 
 if TYPE_CHECKING:  # pandas loads when a report is computed, not when the module is imported
     import pandas as pd
@@ -77,8 +78,21 @@ class Sweep:
         """What the jobs of one configuration differ by, for "mean ± std over ..." wording."""
         return "seeds" if SEED_KEY in self.swept else "jobs"
 
+    @property
+    def verdict(self) -> VerdictSettings:
+        """How configurations are judged over seeds: the jobs' ``sweep.verdict`` (the first job that has a config)."""
+        return next((job.verdict for job in self.jobs if job.verdict is not None), VerdictSettings())
+
     def configs(self) -> list[Group]:
         return group_jobs(self.jobs, self.config_keys)
+
+    def config_label(self, group: Group) -> str:
+        """How the report names a configuration: its swept values (``key=value, ...``), as its jobs' runs do."""
+        if self.config_keys:
+            return self.label(group.jobs[0], self.config_keys)
+        if len(group.jobs) > 1:
+            return "the one configuration" + (" (jobs differ only by seed)" if SEED_KEY in self.swept else "")
+        return str(group.jobs[0].stats.get("name") or group.jobs[0].name)
 
     def label(self, job: JobRecord, keys: list[str] | None = None, short: bool = False) -> str:
         keys = self.swept if keys is None else keys
@@ -183,10 +197,9 @@ def group_jobs(jobs: Iterable[JobRecord], keys: list[str]) -> list[Group]:
 
 
 def format_value(value: Any) -> str:
-    """An override value as the table shows it (``1e-3`` parses to 0.001 and shows as ``0.001``)."""
-    if isinstance(value, bool) or value is None:
-        return json.dumps(value)
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    """An override value as the table shows it (``1e-3`` parses to 0.001 and shows as ``0.001``), as the
+    jobs' runs name their configuration."""
+    return value_text(value)
 
 
 def _common(values: set[str | None]) -> str | None:

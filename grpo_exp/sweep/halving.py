@@ -1,19 +1,24 @@
 """Successive halving for a sweep (``sweep.halving.enabled=true``): stop the losing configurations early.
 
 Every configuration of the sweep trains to the first rung (``sweep.halving.min_steps``); there the
-configurations are ranked by held-out reward (``final_eval_reward`` at the rung's evaluation, the
-mean over a configuration's seeds), and the best 1/``eta`` go on to the next rung, ``eta`` times
-longer, up to ``grpo.max_steps``. A job that goes on continues its own folder from the rung's
-checkpoint (``resume=auto``): every step is trained and logged once, in one W&B run, and its
-learning-rate schedule is that of the whole run (``sweep.halving.rung_steps`` only ends it early).
-A job left behind is marked ``stopped_early`` at its rung, in ``summary.json`` and in its W&B run
-(a tag and its summary), and never counts as the sweep's result.
+configurations are ranked by held-out reward (``final_eval_reward`` at the rung's evaluation, over a
+configuration's seeds: their mean, or interquartile mean from ``sweep.verdict.interquartile_from``
+seeds), and the best 1/``eta`` go on to the next rung, ``eta`` times longer, up to ``grpo.max_steps``.
+With several seeds per configuration a rung is noisy too: one whose bootstrap interval over its seeds
+overlaps the best's (``grpo_exp.report.intervals``) goes on as well, since the rung can't tell it from
+the best. Each rung records every configuration's interval and why it went on or stopped.
+
+A job that goes on continues its own folder from the rung's checkpoint (``resume=auto``): every
+step is trained and logged once, in one W&B run, and its learning-rate schedule is that of the whole
+run (``sweep.halving.rung_steps`` only ends it early). A job left behind is marked ``stopped_early``
+at its rung, in ``summary.json`` and in its W&B run (a tag and its summary), and never counts as the
+sweep's result.
 
 The decisions go to ``<sweep dir>/halving.json`` as each rung ends: the sweep's report shows them,
 and the same command with ``resume=auto`` resumes the sweep from the rung it had reached.
 
 A job without a score at a rung (it failed, or its ``summary.json`` is not there) is not guessed at:
-a configuration is ranked on the mean of its jobs that have one, and one with none ranks last. The
+a configuration is ranked on its jobs that have one, and one with none ranks last. The
 rung's record names those jobs (``missing``), and ``resume=auto``, which re-runs them, decides that
 rung again with their scores (each job keeps the score recorded for it), so a configuration that
 failed at a rung is not left eliminated once it has run. A rung where no job has a score eliminates
@@ -25,16 +30,16 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp.config.checks import check_halving
+from grpo_exp.config.schema import VerdictSettings
 from grpo_exp.folder import (
     COMPLETED,
     ERROR_FILE,
@@ -47,9 +52,18 @@ from grpo_exp.folder import (
     write_json,
 )
 from grpo_exp.job.resume import AUTO, override_key
+from grpo_exp.report.intervals import Interval, interval
 
 log = logging.getLogger("grpo_exp")
 
+# Why a configuration went on from a rung or stopped there (halving.json "reasons", and the report).
+KEPT_BEST = "kept: the best score"
+KEPT_TOP = "kept: in the best 1/{eta}"
+KEPT_OVERLAP = "kept: its interval over {n} seeds overlaps the best's"
+STOPPED_BELOW = "stopped: its interval lies clear below the best's"
+STOPPED_ONE_SEED = "stopped: outside the best 1/{eta}, and one seed gives no interval"
+STOPPED_NO_SCORE = "stopped: no score"
+STOPPED = "stopped"
 RUNG_KEY = "sweep.halving.rung_steps"
 REPEAT_KEYS = frozenset({"seed"})  # repeats of one configuration: ranked by their mean
 RANKED_BY = "final_eval_reward"  # held-out reward at the rung's evaluation
@@ -93,6 +107,32 @@ def survivors(scores: dict[str, float | None], eta: int) -> list[str]:
     return ranked[: max(1, math.ceil(len(ranked) / eta))]
 
 
+def judge(
+    values: dict[str, list[float]], eta: int, settings: VerdictSettings
+) -> tuple[dict[str, float | None], dict[str, Interval | None], dict[str, str]]:
+    """A rung's scores (each configuration's centre over its seeds), intervals, and the reason each goes on or stops.
+
+    The best 1/eta by score go on; with several seeds per configuration, so does one whose interval overlaps
+    the best's: the rung can't tell it from the best, and dropping it would be a call on noise."""
+    intervals = {c: interval(v, settings) if v else None for c, v in values.items()}
+    scores = {c: None if i is None else i.centre for c, i in intervals.items()}
+    top = survivors(scores, eta)
+    best = intervals[top[0]]
+    reasons = {}
+    for c, own in intervals.items():
+        if c in top and scores[c] is not None:
+            reasons[c] = KEPT_TOP.format(eta=eta) if c != top[0] else KEPT_BEST
+        elif own is not None and best is not None and own.overlaps(best):
+            reasons[c] = KEPT_OVERLAP.format(n=own.n)
+        elif own is None:
+            reasons[c] = STOPPED_NO_SCORE if c not in top else KEPT_TOP.format(eta=eta)
+        elif own.bounded and best is not None and best.bounded:
+            reasons[c] = STOPPED_BELOW
+        else:
+            reasons[c] = STOPPED_ONE_SEED.format(eta=eta)
+    return scores, {c: i if i is not None and i.bounded else None for c, i in intervals.items()}, reasons
+
+
 @dataclass
 class HalvingJob:
     number: int
@@ -112,6 +152,7 @@ def run(
     ``launch``: the launcher's ``launch(job overrides, first job number)``."""
     halving, max_steps = cfg.sweep.halving, int(cfg.grpo.max_steps)
     check_halving(cfg)
+    verdict = VerdictSettings(**OmegaConf.to_container(cfg.sweep.verdict))
     ends = rungs(max_steps, int(halving.eta), halving.min_steps)
     record = read_json(sweep_dir / HALVING_FILE) or {}
     recorded = {r["steps"]: r for r in record.get("rungs", []) if r.get("steps") in ends}
@@ -124,12 +165,12 @@ def run(
         last = index == len(ends) - 1
         batch = [_rung_overrides(job, steps, last, index) for job in alive]
         returns = list(launch(batch, 0))
-        rung = _rung(alive, sweep_dir, index, steps, int(halving.eta), last, recorded.get(steps))
+        rung = _rung(alive, sweep_dir, index, steps, int(halving.eta), last, recorded.get(steps), verdict)
         if rung is None:  # no job has a score: nobody is eliminated, and nothing recorded for this rung
-            _write(sweep_dir, ends, max_steps, rungs_done, jobs)
+            _write(sweep_dir, ends, max_steps, rungs_done, jobs, verdict)
             break
         rungs_done.append(rung)
-        _write(sweep_dir, ends, max_steps, rungs_done, jobs)
+        _write(sweep_dir, ends, max_steps, rungs_done, jobs, verdict)
         if last:
             break
         kept = set(rung["kept"])
@@ -149,7 +190,14 @@ def _rung_overrides(job: HalvingJob, steps: int, last: bool, index: int) -> list
 
 
 def _rung(
-    alive: list[HalvingJob], sweep_dir: Path, index: int, steps: int, eta: int, last: bool, before: dict | None
+    alive: list[HalvingJob],
+    sweep_dir: Path,
+    index: int,
+    steps: int,
+    eta: int,
+    last: bool,
+    before: dict | None,
+    settings: VerdictSettings,
 ) -> dict[str, Any] | None:
     """This rung's decision: the one ``halving.json`` recorded when every job had its score then and
     the same jobs ran the rung, else decided now; None (said in one line) when no job has a score."""
@@ -158,7 +206,7 @@ def _rung(
     if before is not None and before.get("jobs") == numbers and _complete(before):
         log.info("%s: the decision recorded in %s stands (every job had its score)", where, HALVING_FILE)
         return before
-    rung = _decide(alive, sweep_dir, steps, eta, last, (before or {}).get("job_scores") or {})
+    rung = _decide(alive, sweep_dir, steps, eta, last, (before or {}).get("job_scores") or {}, settings)
     missing = rung["missing"]
     if len(missing) == len(alive) and not last:
         log.error(
@@ -196,9 +244,15 @@ def _complete(rung: dict[str, Any]) -> bool:
 
 
 def _decide(
-    alive: list[HalvingJob], sweep_dir: Path, steps: int, eta: int, last: bool, recorded: dict[str, float | None]
+    alive: list[HalvingJob],
+    sweep_dir: Path,
+    steps: int,
+    eta: int,
+    last: bool,
+    recorded: dict[str, float | None],
+    settings: VerdictSettings,
 ) -> dict[str, Any]:
-    """Each configuration's mean score over its jobs that have one at this rung, and the ones that go on.
+    """Each configuration's score over its jobs that have one at this rung (``judge``), and the ones that go on.
 
     ``recorded``: the job scores an earlier decision of this rung took; a job that went on since has a
     later step's summary, so its score at this rung is the recorded one."""
@@ -210,14 +264,18 @@ def _decide(
     for job in alive:
         score = job_scores[job.number]
         values.setdefault(job.configuration, []).extend([] if score is None else [score])
-    scores = {c: statistics.fmean(v) if v else None for c, v in values.items()}
+    scores, intervals, reasons = judge(values, eta, settings)
+    kept = [c for c in scores if not reasons[c].startswith(STOPPED)]
     return {
         "steps": steps,
         "jobs": [job.number for job in alive],
         "job_scores": {str(n): s for n, s in job_scores.items()},
         "missing": [n for n, s in job_scores.items() if s is None],
         "scores": scores,
-        "kept": list(scores) if last else survivors(scores, eta),
+        "intervals": {c: None if i is None else [i.low, i.high] for c, i in intervals.items()},
+        "seeds": {c: len(v) for c, v in values.items()},
+        "kept": list(scores) if last else kept,
+        "reasons": {} if last else reasons,
     }
 
 
@@ -229,7 +287,14 @@ def _score(folder: JobFolder) -> float | None:
     return float(score) if done and isinstance(score, int | float) and math.isfinite(score) else None
 
 
-def _write(sweep_dir: Path, ends: list[int], max_steps: int, rungs_done: list[dict[str, Any]], jobs: list) -> None:
+def _write(
+    sweep_dir: Path,
+    ends: list[int],
+    max_steps: int,
+    rungs_done: list[dict[str, Any]],
+    jobs: list,
+    settings: VerdictSettings,
+) -> None:
     """halving.json: the rungs so far, and the completions generated against the full sweep."""
     trained = 0
     for number in range(len(jobs)):
@@ -241,7 +306,7 @@ def _write(sweep_dir: Path, ends: list[int], max_steps: int, rungs_done: list[di
         sweep_dir / HALVING_FILE,
         {
             "rungs_at": ends,
-            "ranked_by": f"{RANKED_BY} (mean over seeds)",
+            "ranked_by": f"{RANKED_BY} (over seeds: mean, interquartile mean from {settings.interquartile_from})",
             "rungs": rungs_done,
             "completions": {"generated": trained, "full_sweep": full},
         },

@@ -16,7 +16,11 @@ log = logging.getLogger("grpo_exp")
 
 
 class SweepReport(Callback):
-    """Compare the sweep's jobs (table, plots, verdict) into ``<sweep dir>/report/``."""
+    """Compare the sweep's jobs (table, plots, verdict) into ``<sweep dir>/report/``; with ``log_table``, log its
+    interval table to the trackers the jobs used (``grpo_exp.report.trackers``)."""
+
+    def __init__(self, log_table: bool = True) -> None:
+        self.log_table = log_table
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from grpo_exp.report.compare import write_report
@@ -27,6 +31,11 @@ class SweepReport(Callback):
             log.warning("no sweep report: %s", exc)
             return
         log.info("sweep report: %s", report)
+        if self.log_table:
+            from grpo_exp.report.trackers import log_intervals
+
+            for line in log_intervals(Path(config.hydra.sweep.dir)):
+                log.info("sweep intervals: %s", line)
 
 
 class SweepDashboard(Callback):

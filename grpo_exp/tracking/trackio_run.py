@@ -17,12 +17,10 @@ import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from grpo_exp.config.schema import LoggerBackend, LoggerSettings
-
-if TYPE_CHECKING:
-    from grpo_exp.tracking.wandb_run import RunIdentity
+from grpo_exp.tracking.wandb_run import RunIdentity
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ way out, marked failed when the job raised, so the next job of a sweep gets a ru
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -28,6 +29,12 @@ DEFAULT_HOST = "https://api.wandb.ai"
 STATS_ENV = ("WANDB_X_DISABLE_STATS", "WANDB__DISABLE_STATS")
 
 
+# Top-level run-config keys beside the overrides, so a sweep's runs group by configuration and spread by seed.
+SEED_KEY = "seed"
+CONFIGURATION_KEY = "configuration"
+DEFAULTS = "defaults"  # the configuration of a job that set nothing
+
+
 @dataclass
 class RunIdentity:
     """What names a job's run, from Hydra's job info (``identity_from_hydra``)."""
@@ -37,6 +44,33 @@ class RunIdentity:
     tags: list[str] = field(default_factory=list)
     # The job's command-line overrides; top-level W&B config keys, so runs group and plot by them.
     overrides: dict[str, Any] = field(default_factory=dict)
+    # The values that make the job's configuration (the swept ones in a sweep, all but its seed): the runs of
+    # one configuration share it, whatever their seed.
+    configuration: str = DEFAULTS
+
+
+def run_config(identity: RunIdentity, config: dict[str, Any]) -> dict[str, Any]:
+    """The config a job's W&B and trackio runs hold: the resolved job config nested under ``grpo_exp`` (so the
+    TrainingArguments transformers writes at the top level can't clash with it), the overrides beside it, and
+    the seed and configuration as keys of their own, so the runs of one configuration group across seeds."""
+    return {
+        "grpo_exp": config,
+        **identity.overrides,
+        SEED_KEY: config.get(SEED_KEY),
+        CONFIGURATION_KEY: identity.configuration,
+    }
+
+
+def configuration_label(values: dict[str, Any]) -> str:
+    """``key=value, ...`` of the values that make a configuration (the sweep report labels it alike)."""
+    return ", ".join(f"{key}={value_text(value)}" for key, value in values.items()) or DEFAULTS
+
+
+def value_text(value: Any) -> str:
+    """An override value as people read it: ``1e-3`` parses to 0.001 and shows as ``0.001``."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def identity_from_hydra() -> RunIdentity:
@@ -50,17 +84,20 @@ def identity_from_hydra() -> RunIdentity:
         for o in _parse(hydra_cfg.overrides.task)
         if not o.key_or_group.lstrip("+~").startswith(("hydra.", "logger", "resume", "sweep.halving.rung_steps"))
     }
-    name = ",".join(f"{k}={v}" for k, v in overrides.items()) or "defaults"
+    name = ",".join(f"{k}={v}" for k, v in overrides.items()) or DEFAULTS
     tags = [
         f"{group}:{choice}" for group, choice in hydra_cfg.runtime.choices.items() if choice and "hydra" not in group
     ]
     if hydra_cfg.mode != RunMode.MULTIRUN:
-        return RunIdentity(name=name, tags=tags, overrides=overrides)
+        own = configuration_label({k: v for k, v in overrides.items() if k != SEED_KEY})
+        return RunIdentity(name=name, tags=tags, overrides=overrides, configuration=own)
     sweep_dir = Path(hydra_cfg.sweep.dir)
     swept = swept_keys(sweep_dir, hydra_cfg.sweeper.get("params") or {})
     sweep_name = hydra_cfg.runtime.choices.get("sweep") or "_".join(["sweep", *(k.rpartition(".")[2] for k in swept)])
     tags += [f"swept:{key}" for key in swept]
-    return RunIdentity(name=name, group=f"{sweep_name}-{sweep_dir.name}", tags=tags, overrides=overrides)
+    own = configuration_label({k: overrides[k] for k in swept if k in overrides and k != SEED_KEY})
+    group = f"{sweep_name}-{sweep_dir.name}"
+    return RunIdentity(name=name, group=group, tags=tags, overrides=overrides, configuration=own)
 
 
 def swept_keys(sweep_dir: Path, params: dict[str, Any]) -> list[str]:
@@ -135,8 +172,7 @@ def wandb_run(
 
     ``wandb.init`` spends most of its second waiting for W&B's service process to start and answer;
     opened while the model loads, that wait costs the job nothing. ``.result()`` gives the run.
-    ``config`` (the resolved job config) is nested under ``grpo_exp`` so the TrainingArguments that
-    transformers writes at the top level can't clash with it; the overrides sit beside it. With
+    ``config`` (the resolved job config) is held as ``run_config`` says. With
     ``run_id`` (a resumed job) the same run continues (see ``continue_history``).
     """
     mode = resolve_mode(settings)
@@ -155,7 +191,7 @@ def wandb_run(
         group=settings.group or identity.group,
         tags=[*identity.tags, *settings.tags],
         job_type=settings.job_type,
-        config={"grpo_exp": config, **identity.overrides},
+        config=run_config(identity, config),
         dir=str(output_dir),
         mode=mode,
         id=run_id,
@@ -163,7 +199,7 @@ def wandb_run(
         reinit="finish_previous",
         settings=wandb.Settings(silent=True, **system_stats(gpu)),  # its banners repeat our one line
     )
-    _lost.clear()  # a sweep's next job tries W&B afresh
+    start_afresh()  # a sweep's next job tries W&B afresh
     opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wandb-init")
     opening = opener.submit(_open, options, output_dir)
     opener.shutdown(wait=False)
@@ -310,6 +346,11 @@ def view_hint(run: Any, mode: str, output_dir: Path) -> str:
 # Why W&B stopped taking this job's records (None while it takes them). W&B keeps one run per
 # process, so whether it still works is the process's too.
 _lost: list[str] = []
+
+
+def start_afresh() -> None:
+    """Try W&B again in this process: a new job (or the sweep's report) after one that gave W&B up."""
+    _lost.clear()
 
 
 def lost() -> str | None:

@@ -24,7 +24,7 @@ from grpo_exp.spec import JobSpec
 from grpo_exp.tracking import provenance
 from grpo_exp.tracking.metrics import eval_rows, objective_value, stopped_solved_at, summarize, summarize_eval
 from grpo_exp.tracking.monitor import HealthMonitor
-from grpo_exp.tracking.wandb_run import RunIdentity, lost, scalar
+from grpo_exp.tracking.wandb_run import RunIdentity, lost, run_config, scalar
 from grpo_exp.training import checkpoints
 from grpo_exp.training.checkpoints import ResumePoint
 from grpo_exp.training.collapse.detector import rollback_records
@@ -87,8 +87,8 @@ class JobRecords:
 
     @property
     def tracked_config(self) -> dict[str, Any]:
-        """The config as W&B's run holds it, the swept values on top (what trackio records)."""
-        return {"grpo_exp": self.config, **self.identity.overrides}
+        """The config as W&B's run holds it, the swept values, seed and configuration on top (what trackio records)."""
+        return run_config(self.identity, self.config)
 
     def loaded(self, model: Any) -> None:
         """Once the model has loaded: a hub model's commit pinned, the start-up time noted."""
