@@ -67,6 +67,8 @@ STOPPED = "stopped"
 RUNG_KEY = "sweep.halving.rung_steps"
 REPEAT_KEYS = frozenset({"seed"})  # repeats of one configuration: ranked by their mean
 RANKED_BY = "final_eval_reward"  # held-out reward at the rung's evaluation
+# Objectives ranked as the sweep asks (each held out, at the rung's evaluation, higher better); others: RANKED_BY.
+RANKED_AS_ASKED = frozenset({"final_eval_reward", "final_eval_pass@1"})
 FALLBACK = "final_reward"  # a sweep without held-out prompts: its training counterpart
 STOPPED_TAG = STOPPED_EARLY  # the W&B tag
 # Keys the sweeper sets per rung; the user's own are replaced, never doubled.
@@ -282,7 +284,8 @@ def _decide(
 def _score(folder: JobFolder) -> float | None:
     """A job's score from its ``summary.json``; None when it failed, has none, or the score isn't finite."""
     summary = folder.summary() or {}
-    score = summary.get(RANKED_BY, summary.get(FALLBACK))
+    key = summary["objective"] if summary.get("objective") in RANKED_AS_ASKED else RANKED_BY
+    score = summary.get(key, summary.get(FALLBACK))
     done = summary.get("status") in (COMPLETED, STOPPED_EARLY)  # stopped_early: scored at its rung
     return float(score) if done and isinstance(score, int | float) and math.isfinite(score) else None
 
@@ -306,7 +309,7 @@ def _write(
         sweep_dir / HALVING_FILE,
         {
             "rungs_at": ends,
-            "ranked_by": f"{RANKED_BY} (over seeds: mean, interquartile mean from {settings.interquartile_from})",
+            "ranked_by": f"the objective if one of {sorted(RANKED_AS_ASKED)}, else {RANKED_BY} (over seeds: mean, interquartile mean from {settings.interquartile_from})",
             "rungs": rungs_done,
             "completions": {"generated": trained, "full_sweep": full},
         },
