@@ -309,7 +309,10 @@ def _write(
         sweep_dir / HALVING_FILE,
         {
             "rungs_at": ends,
-            "ranked_by": f"the objective if one of {sorted(RANKED_AS_ASKED)}, else {RANKED_BY} (over seeds: mean, interquartile mean from {settings.interquartile_from})",
+            "ranked_by": (
+                f"the objective if one of {sorted(RANKED_AS_ASKED)}, else {RANKED_BY} "
+                f"(over seeds: mean, interquartile mean from {settings.interquartile_from})"
+            ),
             "rungs": rungs_done,
             "completions": {"generated": trained, "full_sweep": full},
         },
