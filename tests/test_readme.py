@@ -79,6 +79,7 @@ SKIPPED = {
     "python -m grpo_exp.tracking.repair": "needs a job whose W&B run died (tests/test_wandb_repair.py runs it)",
     "export 'TRACKIO_DIR=": "sets trackio's store for the commands after it (tests/test_trackio.py sets its own)",
     "trackio list": "reads the store of a finished trackio sweep (tests/test_trackio.py runs it)",
+    "python -m grpo_exp.job.evaluate": "needs a trained job folder (tests/test_tasks_e2e.py trains one and runs it)",
 }
 
 
