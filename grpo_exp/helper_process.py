@@ -171,7 +171,7 @@ def _die_with_trainer() -> None:
     def watch() -> None:
         hangup = select.poll()
         hangup.register(sys.stdin.fileno(), 0)  # no events asked: poll still wakes on the writer's hang-up
-        while not any(events & (select.POLLHUP | select.POLLERR) for _, events in hangup.poll()):
+        while not any(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in hangup.poll()):
             pass
         os.killpg(os.getpgrp(), signal.SIGKILL)
 

@@ -127,12 +127,15 @@ def test_a_tool_is_shown_to_the_model_as_written_and_answers_from_its_process(to
 
 
 def test_a_long_reply_is_cut_with_a_marker_the_model_reads_and_counted(tools_of):
-    toolset = tools_of(f"{HOSTILE}:huge", "lookup_order", tool_reply_max_chars=100)
-    huge, lookup = toolset.tools
-    reply = huge(order_id="SO1")
-    assert reply == "SO1" + "x" * 97 + f"\n[tool reply cut: the first 100 of {HUGE_CHARS + 3} characters]"
+    toolset = tools_of(f"{HOSTILE}:huge", f"{HOSTILE}:huge_error", "lookup_order", tool_reply_max_chars=100)
+    huge, huge_error, lookup = toolset.tools
+    cut = "SO1" + "x" * 97 + f"\n[tool reply cut: the first 100 of {HUGE_CHARS + 3} characters]"
+    assert huge(order_id="SO1") == cut
+    with pytest.raises(ToolFailed) as failed:  # an error's message is a reply too
+        huge_error(order_id="SO1")
+    assert str(failed.value) == cut
     assert "tool reply cut" not in lookup(order_id="SO2405")
-    assert toolset.runner.take_metrics() == {TRUNCATED: 0.5}  # of this batch's calls, one was cut
+    assert toolset.runner.take_metrics() == {TRUNCATED: 2 / 3}  # of this batch's calls, two were cut
     assert toolset.runner.take_metrics() == {TRUNCATED: 0.0}  # each batch counts its own
 
 
@@ -317,7 +320,8 @@ def agent_run(tmp_path_factory) -> Path:
 def test_the_support_agent_calls_its_tools_and_logs_trls_tool_metrics(agent_run):
     rows = read_metrics(agent_run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
-    for key in ("tools/call_frequency", "tools/failure_frequency", "rewards/tool_call/mean", "rewards/answer/mean"):
+    tools = ("tools/call_frequency", "tools/failure_frequency", TRUNCATED)
+    for key in (*tools, "rewards/tool_call/mean", "rewards/answer/mean"):
         assert all(key in r for r in rows), key
     assert all(r["tools/call_frequency"] > 0 for r in rows)
     assert any(r["rewards/tool_call/mean"] > 0 for r in rows), "some rollouts call the right tool"
@@ -343,6 +347,57 @@ def test_a_tool_that_raises_or_hangs_replies_with_its_error_and_counts_as_failed
     by_tool = {r["name"]: r["content"] for r in replies}
     assert "the order service is down" in by_tool["lookup_order"]
     assert "refund gave no result within 0.5 s" in by_tool["refund"]
+
+
+@pytest.mark.e2e  # an agent run whose tools misbehave each way in turn
+def test_a_run_whose_tools_misbehave_every_way_trains_on_and_leaves_no_process_behind(tmp_path):
+    """Issue 51: each of these ended the run, stalled it, or outlived it; now each is a reply the model reads."""
+    log, pids = tmp_path / "tool_replies.jsonl", tmp_path / "pids"
+    behaviours = "huge,spin,interrupts,exits,unprintable,leaves_a_process"
+    result = run_training(
+        tmp_path,
+        *SHORT,
+        "grpo.max_steps=4",
+        "grpo.max_completion_length=256",  # room for every reply: TRL drops one that would pass the limit
+        f"agent.tools=[{HOSTILE}:lookup_order,{HOSTILE}:refund]",
+        "agent.tool_timeout_s=1",
+        "agent.tool_reply_max_chars=20",
+        f"+reward.parts.record={{fn:'{FIXTURE}:records_tool_replies',weight:0}}",
+        env={
+            "AGENT_TOOL_LOG": str(log),
+            "HOSTILE_TOOL": behaviours,
+            "HOSTILE_TOOL_CALLS": str(tmp_path / "calls"),
+            "TOOL_PID_FILE": str(pids),
+        },
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "completed"
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert any(r[TRUNCATED] > 0 for r in rows) and all(r["tools/failure_frequency"] > 0 for r in rows)
+    replies = " ".join(json.loads(line)["content"] for line in log.read_text(encoding="utf-8").splitlines())
+    for said in ("[tool reply cut: the first 20 of", "gave no result within 1 s", "KeyboardInterrupt()",
+                 "SystemExit(3)", "can't be shown as text", ": checked"):  # fmt: skip
+        assert said in replies, said
+    assert all(ended(int(pid)) for pid in pids.read_text().split()), "the helpers and what their tools started"
+
+
+@pytest.mark.e2e  # a run stopped while its tool spins
+def test_ctrl_c_while_a_tool_spins_stops_after_the_step_and_ends_the_tools_processes(tmp_path, monkeypatch):
+    from tests.test_long_runs import WAIT_S, last_step, start, wait_for
+
+    pids, job = tmp_path / "pids", tmp_path / "job"
+    monkeypatch.setenv("HOSTILE_TOOL", "leaves_a_process,spin")
+    monkeypatch.setenv("HOSTILE_TOOL_CALLS", str(tmp_path / "calls"))
+    monkeypatch.setenv("TOOL_PID_FILE", str(pids))
+    tools = f"agent.tools=[{HOSTILE}:lookup_order,{HOSTILE}:refund]"
+    process = start(*SHORT, tools, "agent.tool_timeout_s=2", "grpo.max_steps=50", f"hydra.run.dir={job}")
+    wait_for(lambda: last_step(job) >= 1, process)
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the tools' helper has a session of its own
+    _, err = process.communicate(timeout=WAIT_S)
+    assert process.returncode == 130, err[-3000:]
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps"] < 50
+    assert all(ended(int(pid)) for pid in pids.read_text().split())
 
 
 def test_the_probe_samples_an_agent_through_its_tools_and_judges_its_parts():

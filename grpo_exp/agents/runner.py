@@ -9,8 +9,8 @@ signature and docstring: the model sees the same schema) that sends the call to 
 
 - a call past ``agent.tool_timeout_s`` kills the helper's process group (the tool and the processes it
   started) and fails; the next call starts a fresh helper;
-- a reply longer than ``agent.tool_reply_max_chars`` is cut to that length in the helper, with a marker
-  the model reads, and counted in ``tools/truncated_frequency`` (the share of calls whose reply was cut);
+- a reply (or error) longer than ``agent.tool_reply_max_chars`` is cut to that length in the helper, with a
+  marker the model reads, and counted in ``tools/truncated_frequency`` (the share of calls cut short);
 - whatever the tool raises (KeyboardInterrupt and SystemExit too), and a result that can't become text,
   is the tool's error; an ``async def`` tool is awaited;
 - the helper, with every process a tool left in its group, ends with the job (``ToolRunner.close``), or
@@ -110,11 +110,11 @@ class ToolRunner:
         finally:
             with self._counts:
                 self._calls += 1
-        if "error" in answer:
-            raise ToolFailed(answer["error"])
         if answer.get("cut"):
             with self._counts:
                 self._cut += 1
+        if "error" in answer:
+            raise ToolFailed(answer["error"])
         return answer["result"]
 
     def take_metrics(self) -> dict[str, float]:
@@ -147,30 +147,31 @@ def _calls(setup: dict[str, Any]) -> Handler:
 
 
 def run_call(fn: Tool, arguments: dict[str, Any], max_chars: int) -> dict[str, Any]:
-    """One call's answer: ``{"result": text}`` (``"cut": true`` when capped), or ``{"error": message}``."""
+    """One call's answer: ``{"result": text}`` or ``{"error": message}``, each cut to ``max_chars``
+    (``"cut": true`` when it was)."""
     try:
         result = fn(**arguments)
         if inspect.isawaitable(result):
             result = asyncio.run(_awaited(result))
     except BaseException as exc:  # KeyboardInterrupt, SystemExit too: the tool failed, the model is told why
-        return {"error": describe(exc)}
+        return capped("error", describe(exc), max_chars)
     try:
         text = result if isinstance(result, str) else str(result)
     except BaseException as exc:  # a __str__ that raises
-        kind = type(result).__name__
-        return {"error": f"{fn.__name__} returned a {kind} that can't be shown as text: {describe(exc)}"}
-    return capped(text, max_chars)
+        why = f"{fn.__name__} returned a {type(result).__name__} that can't be shown as text: {describe(exc)}"
+        return capped("error", why, max_chars)
+    return capped("result", text, max_chars)
 
 
 async def _awaited(result: Awaitable[Any]) -> Any:
     return await result
 
 
-def capped(text: str, max_chars: int) -> dict[str, Any]:
-    """``text`` as the reply, cut to ``max_chars`` characters (0: no cap) with a marker that says so."""
+def capped(kind: str, text: str, max_chars: int) -> dict[str, Any]:
+    """``{kind: text}``, the text cut to ``max_chars`` characters (0: no cap) with a marker that says so."""
     if not max_chars or len(text) <= max_chars:
-        return {"result": text}
-    return {"result": text[:max_chars] + CUT_MARKER.format(kept=max_chars, total=len(text)), "cut": True}
+        return {kind: text}
+    return {kind: text[:max_chars] + CUT_MARKER.format(kept=max_chars, total=len(text)), "cut": True}
 
 
 def describe(exc: BaseException) -> str:

@@ -98,9 +98,10 @@ class WeightedReward:
         log_metric = kwargs.get("log_metric")
         if self.logs_stage and state is not None and log_metric is not None:
             log_metric(STAGE_METRIC, self.gate.stage(state))
-        if self.batch_metrics is not None and log_metric is not None:
+        if self.batch_metrics is not None:  # taken each batch, logged or not (the probe and profiles log none)
             for key, value in self.batch_metrics().items():
-                log_metric(key, value)
+                if log_metric is not None:
+                    log_metric(key, value)
         if not self.gate.counts(self.__name__, state):
             return [None] * len(completions)
         try:
