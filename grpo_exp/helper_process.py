@@ -65,28 +65,29 @@ class Helper:
 
     def ask(self, request: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
         """The helper's answer to ``request`` within ``timeout_s`` seconds (None: no limit), counted from
-        when a started helper has it; ``HelperGone`` when none comes (the helper is killed)."""
+        when a started helper has it; ``HelperGone`` when none comes (the helper is killed). A request
+        JSON can't carry raises ``TypeError`` or ``ValueError`` before anything is sent."""
         with self._lock:
-            proc = self._started()
             self._next_id += 1
             request = {**request, "id": self._next_id}
+            payload = json.dumps(request).encode() + b"\n"
+            proc = self._started()
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
             try:
                 assert proc.stdin is not None
-                proc.stdin.write(json.dumps(request).encode() + b"\n")
+                proc.stdin.write(payload)
                 proc.stdin.flush()
-                line = self._read_line(deadline)
+                answer = _parsed(self._read_line(deadline))
             except OSError:  # a broken pipe: it ended
-                line = None
-            answer = json.loads(line) if line else None
-            if answer is None or answer.get("id") != request["id"]:
-                ended = proc.poll()
-                self._kill()  # stuck or gone: the next request starts a fresh helper
-                self.restarts += 1
-                if ended is None:
-                    raise HelperGone(f"gave no answer within {timeout_s:g} s")
-                raise HelperGone(f"ended (exit code {ended})", ended)
-            return answer
+                answer = None
+            if answer is not None and answer.get("id") == request["id"]:
+                return answer
+            timed_out = deadline is not None and time.monotonic() >= deadline
+            self._kill()  # stuck or gone: the next request starts a fresh helper
+            self.restarts += 1
+            if timed_out:
+                raise HelperGone(f"gave no answer within {timeout_s:g} s")
+            raise HelperGone(f"ended (exit code {proc.returncode})", proc.returncode)
 
     def close(self) -> None:
         """Stop the helper and every process it started (it also stops by itself when the trainer ends)."""
@@ -139,6 +140,15 @@ class Helper:
         for pipe in (proc.stdin, proc.stdout):
             if pipe is not None:
                 pipe.close()
+
+
+def _parsed(line: bytes | None) -> dict[str, Any] | None:
+    """An answer line as JSON; None for no line, or one that isn't an answer."""
+    try:
+        answer = json.loads(line) if line else None
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
 
 
 # -- inside the helper -----------------------------------------------------------------------------

@@ -180,6 +180,7 @@ def test_an_async_tool_is_awaited(tools_of):
     [
         ("interrupts", r"^KeyboardInterrupt\(\)$"),
         ("exits", r"^SystemExit\(3\)$"),
+        ("ends", r"^ends ended its process \(exit code 5\)$"),
         ("unprintable", r"^unprintable returned a Unprintable that can't be shown as text: no text for this object$"),
     ],
 )
@@ -361,7 +362,7 @@ def test_a_run_whose_tools_misbehave_every_way_trains_on_and_leaves_no_process_b
         "grpo.max_completion_length=256",  # room for every reply: TRL drops one that would pass the limit
         f"agent.tools=[{HOSTILE}:lookup_order,{HOSTILE}:refund]",
         "agent.tool_timeout_s=1",
-        "agent.tool_reply_max_chars=20",
+        "agent.tool_reply_max_chars=100",
         f"+reward.parts.record={{fn:'{FIXTURE}:records_tool_replies',weight:0}}",
         env={
             "AGENT_TOOL_LOG": str(log),
@@ -375,7 +376,7 @@ def test_a_run_whose_tools_misbehave_every_way_trains_on_and_leaves_no_process_b
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert any(r[TRUNCATED] > 0 for r in rows) and all(r["tools/failure_frequency"] > 0 for r in rows)
     replies = " ".join(json.loads(line)["content"] for line in log.read_text(encoding="utf-8").splitlines())
-    for said in ("[tool reply cut: the first 20 of", "gave no result within 1 s", "KeyboardInterrupt()",
+    for said in ("[tool reply cut: the first 100 of", "gave no result within 1 s", "KeyboardInterrupt()",
                  "SystemExit(3)", "can't be shown as text", ": checked"):  # fmt: skip
         assert said in replies, said
     assert all(ended(int(pid)) for pid in pids.read_text().split()), "the helpers and what their tools started"

@@ -105,7 +105,7 @@ class ToolRunner:
             if gone.exit_code is None:
                 raise ToolFailed(f"{name} gave no result within {self.timeout_s:g} s") from None
             raise ToolFailed(f"{name} ended its process (exit code {gone.exit_code})") from None
-        except (TypeError, ValueError) as exc:  # arguments JSON can't carry
+        except (TypeError, ValueError) as exc:  # arguments JSON can't carry (nothing was sent)
             raise ToolFailed(f"{name} was called with arguments that aren't JSON: {exc}") from None
         finally:
             with self._counts:
