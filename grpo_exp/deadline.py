@@ -1,7 +1,8 @@
-"""Calling user code under a time limit from a thread that must keep control (a reward part, a tool).
+"""Calling user code under a time limit from a thread that must keep control (a reward part).
 
 Python can't stop a thread: a call that outlives its limit is left behind, a daemon that doesn't
-hold up the exit, and the caller goes on without its result.
+hold up the exit, and the caller goes on without its result. Code that must be stopped at its limit
+runs in a helper process instead (``helper_process``: agent tools, the math checker).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_exp import dataset, hardware, models
-from grpo_exp.agents.tools import Tool, build_tools
+from grpo_exp.agents.runner import ToolRunner, build_tools
+from grpo_exp.agents.tools import Tool
 from grpo_exp.config import batch, checks, layout
 from grpo_exp.config.layout import Layout
 from grpo_exp.config.schema import ExperimentConfig
@@ -36,7 +37,8 @@ class JobSpec:
     rewards: tuple[WeightedReward, ...]
     weights: tuple[float, ...]
     groups: tuple[int, ...]  # the group sizes an adaptive run may choose from (empty when it is off)
-    tools: tuple[Tool, ...]  # what the model may call during its rollouts, time-limited (empty: no agent)
+    tools: tuple[Tool, ...]  # what the model may call during its rollouts, run in tool_runner (empty: no agent)
+    tool_runner: ToolRunner | None  # the helper process the tools' calls run in; closed when the job ends
     warnings: tuple[str, ...]  # the article's advice that does not stop a run
 
 
@@ -49,15 +51,18 @@ def build_spec(settings: ExperimentConfig) -> JobSpec:
     checks.check_model(settings)
     model = models.resolve(settings.model)
     columns = dataset.check_dataset(settings.dataset)
-    rewards, weights = build_rewards(settings.reward)
-    tools = build_tools(settings.agent)
-    if tools and not settings.dataset.chat:
+    toolset = build_tools(settings.agent)
+    runner = toolset.runner
+    rewards, weights = build_rewards(settings.reward, runner.take_metrics if runner else None)
+    if toolset.tools and not settings.dataset.chat:
         raise UserError("agent.tools need chat prompts (TRL renders the tools into them): set dataset.chat=true")
     if columns is not None:
         _check_columns(rewards, columns, settings.dataset.name or settings.dataset.path)
     where = layout.decide(settings)  # last: the config is sound before torch is asked about the machine
     warnings += [*where.notes, *layout.check_hardware(settings, where)]
-    return JobSpec(settings, where, model, tuple(rewards), tuple(weights), groups, tuple(tools), tuple(warnings))
+    return JobSpec(
+        settings, where, model, tuple(rewards), tuple(weights), groups, toolset.tools, runner, tuple(warnings)
+    )
 
 
 def _check_columns(rewards: list[WeightedReward], columns: set[str], source: str | None) -> None:

@@ -50,6 +50,8 @@ def _load_module(name: str, spec: str, what: str) -> ModuleType:
             f"{what} {spec!r}: cannot import {exc.name!r}; run from the folder that holds it "
             f"or give a file path such as path/to/{name.split('.')[-1]}.py:{spec.split(':')[-1].split('.')[-1]}"
         ) from None
+    except SystemExit as exc:  # sys.exit() at import would end the run silently, even with status 0
+        raise UserError(f"{what} {spec!r}: importing {name} called sys.exit({exc.code!r}); remove that call") from None
     except Exception as exc:
         raise UserError(f"{what} {spec!r}: importing {name} failed: {type(exc).__name__}: {exc}") from None
 
@@ -64,5 +66,9 @@ def _load_file(path: Path, what: str) -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:  # a half-run module is not kept for the next load to return
+        del sys.modules[module_name]
+        raise
     return module

@@ -1,25 +1,36 @@
-"""Tool-calling agents: the tools' checks and time limit, the agent's rewards, the embedded model's
-conversation layout against TRL's, and short real runs of +recipe=support_agent through run.py."""
+"""Tool-calling agents: the tools' checks, the helper process their calls run in (time limit, reply cap,
+failures the model sees), the agent's rewards, the embedded model's conversation layout against TRL's,
+and short real runs of +recipe=support_agent through run.py."""
 
 from __future__ import annotations
 
+import inspect
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from grpo_exp.agents.tools import ToolTimeout, build_tools, lookup_order, refund, time_limited
+from grpo_exp.agents.runner import TRUNCATED, ToolFailed, Toolset, build_tools
+from grpo_exp.agents.tools import lookup_order, refund
 from grpo_exp.config.schema import AgentSettings
 from grpo_exp.errors import UserError
 from grpo_exp.rewards.agent import states_fact, tool_call
 from grpo_exp.tracking.metrics import read_metrics
 from tests.conftest import ROOT
+from tests.fixtures.hostile_tools import HUGE_CHARS
 from tests.test_train_e2e import run_training
 
 FIXTURE = "tests/fixtures/agent_tools.py"
+HOSTILE = "tests/fixtures/hostile_tools.py"
+SLACK_S = 2  # a loaded machine's delay past a time limit
 TOOLS = ["lookup_order", "refund"]
 SHORT = ("+recipe=support_agent", "logger=none", "grpo.max_steps=3", "dataset.eval_fraction=0")
 
@@ -76,26 +87,151 @@ def test_the_shipped_tools_answer_from_the_order_table():
         lookup_order("SO0000")
 
 
-def test_a_tool_that_hangs_is_cut_at_its_time_limit_and_keeps_its_schema():
+@pytest.fixture
+def tools_of() -> Iterator[Callable[..., Toolset]]:
+    """tools_of(*specs, **agent settings) -> the job's tools; their helper process ends with the test."""
+    built: list[Toolset] = []
+
+    def build(*specs: str, **agent: Any) -> Toolset:
+        built.append(build_tools(AgentSettings(tools=list(specs), **agent)))
+        return built[-1]
+
+    yield build
+    for toolset in built:
+        if toolset.runner is not None:
+            toolset.runner.close()
+
+
+def ended(pid: int, within_s: float = 10) -> bool:
+    """Whether process ``pid`` is gone (or a zombie nobody has reaped yet) within ``within_s`` seconds."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_tool_is_shown_to_the_model_as_written_and_answers_from_its_process(tools_of):
     from transformers.utils import get_json_schema
 
-    def slow(order_id: str) -> str:
-        """Wait.
+    toolset = tools_of("lookup_order", "refund")
+    assert [get_json_schema(t) for t in toolset.tools] == [get_json_schema(lookup_order), get_json_schema(refund)]
+    assert not any(inspect.iscoroutinefunction(t) for t in toolset.tools)  # TRL calls each as a plain function
+    assert "9月8日" in toolset.tools[0](order_id="SO2405")
+    with pytest.raises(ToolFailed, match="no order SO0000"):  # an error of the tool's own, for TRL to reply with
+        toolset.tools[0](order_id="SO0000")
 
-        Args:
-            order_id: An order.
-        """
-        time.sleep(30)
-        return order_id
 
-    limited = time_limited(slow, 0.3)
-    assert get_json_schema(limited) == get_json_schema(slow)  # TRL shows the model the same tool
+def test_a_long_reply_is_cut_with_a_marker_the_model_reads_and_counted(tools_of):
+    toolset = tools_of(f"{HOSTILE}:huge", f"{HOSTILE}:huge_error", "lookup_order", tool_reply_max_chars=100)
+    huge, huge_error, lookup = toolset.tools
+    cut = "SO1" + "x" * 97 + f"\n[tool reply cut: the first 100 of {HUGE_CHARS + 3} characters]"
+    assert huge(order_id="SO1") == cut
+    with pytest.raises(ToolFailed) as failed:  # an error's message is a reply too
+        huge_error(order_id="SO1")
+    assert str(failed.value) == cut
+    assert "tool reply cut" not in lookup(order_id="SO2405")
+    assert toolset.runner.take_metrics() == {TRUNCATED: 2 / 3}  # of this batch's calls, two were cut
+    assert toolset.runner.take_metrics() == {TRUNCATED: 0.0}  # each batch counts its own
+
+
+def test_the_reply_cap_is_checked_before_the_model_loads(settings):
+    from grpo_exp.config.checks import check
+
+    assert settings("+recipe=support_agent").agent.tool_reply_max_chars > 0
+    with pytest.raises(UserError, match=r"^agent.tool_reply_max_chars=-1 is out of range"):
+        check(settings("agent.tool_reply_max_chars=-1"))
+
+
+def test_the_rewards_log_the_tools_cut_replies_through_trls_log_metric(settings):
+    from grpo_exp.rewards.compose import build_rewards
+
+    rewards, _ = build_rewards(settings("+recipe=support_agent").reward, lambda: {TRUNCATED: 0.25})
+    logged: list[tuple[str, float]] = []
+    columns = {"tool": ["lookup_order"], "order_id": ["SO2405"], "fact": ["9月8日"]}
+    for reward in rewards:
+        reward(["p"], [call("lookup_order", order_id="SO2405")], log_metric=lambda *kv: logged.append(kv), **columns)
+    assert [kv for kv in logged if kv[0] == TRUNCATED] == [(TRUNCATED, 0.25)]  # once per batch
+
+
+def test_a_tool_that_spins_is_killed_at_its_limit_and_leaves_no_thread_behind(tools_of):
+    lookup, spin = tools_of("lookup_order", f"{HOSTILE}:spin", tool_timeout_s=1).tools
+    lookup(order_id="SO2405")  # the helper has started
+    threads = threading.active_count()
     started = time.monotonic()
-    with pytest.raises(ToolTimeout, match=r"within 0\.3 s"):
-        limited(order_id="A1")
-    assert time.monotonic() - started < 2
-    with pytest.raises(KeyError):  # an error of the tool's own passes through, for TRL to reply with
-        time_limited(lookup_order, 5)("SO0000")
+    with pytest.raises(ToolFailed, match=r"^spin gave no result within 1 s$"):
+        spin(order_id="A1")
+    assert time.monotonic() - started < 1 + SLACK_S
+    assert threading.active_count() == threads, "nothing of the call goes on beside training"
+    assert "9月8日" in lookup(order_id="SO2405")  # a fresh helper answers the next call
+
+
+def test_an_async_tool_is_awaited(tools_of):
+    (tool,) = tools_of("tests/fixtures/async_tools.py:lookup_order").tools
+    assert tool(order_id="SO1") == "order SO1: shipped, awaited"
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "message"),
+    [
+        ("interrupts", r"^KeyboardInterrupt\(\)$"),
+        ("exits", r"^SystemExit\(3\)$"),
+        ("ends", r"^ends ended its process \(exit code 5\)$"),
+        ("unprintable", r"^unprintable returned a Unprintable that can't be shown as text: no text for this object$"),
+    ],
+)
+def test_a_tool_that_raises_anything_or_gives_no_text_fails_as_a_reply(tools_of, behaviour, message):
+    """TRL sends a tool's ``Exception`` back to the model and counts the call as failed; anything else
+    (KeyboardInterrupt, SystemExit, a ``__str__`` that raises after the call) ended the run before."""
+    (tool,) = tools_of(f"{HOSTILE}:{behaviour}").tools
+    with pytest.raises(ToolFailed, match=message):
+        tool(order_id="A1")
+
+
+def test_processes_a_tool_starts_end_with_the_job(tools_of, tmp_path, monkeypatch):
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("TOOL_PID_FILE", str(pids))
+    toolset = tools_of(f"{HOSTILE}:leaves_a_process", f"{HOSTILE}:spin", tool_timeout_s=1)
+    leaves, spin = toolset.tools
+    leaves(order_id="A1")
+    with pytest.raises(ToolFailed):  # killed at its limit, with what the first call left behind
+        spin(order_id="A2")
+    first = [int(pid) for pid in pids.read_text().split()]
+    assert all(ended(pid) for pid in first)
+    leaves(order_id="A3")  # a fresh helper, and a process left behind again
+    toolset.runner.close()  # the job ends
+    assert all(ended(int(pid)) for pid in pids.read_text().split())
+
+
+def test_the_tool_process_ends_when_the_trainer_is_killed_mid_call(tmp_path):
+    pids = tmp_path / "pids"
+    trainer = f"""
+import os, signal, threading, time
+from grpo_exp.agents.runner import build_tools
+from grpo_exp.config.schema import AgentSettings
+agent = AgentSettings(tools=["{HOSTILE}:leaves_a_process", "{HOSTILE}:spin"], tool_timeout_s=600)
+leaves, spin = build_tools(agent).tools
+leaves(order_id="A1")
+threading.Thread(target=spin, kwargs={{"order_id": "A2"}}, daemon=True).start()
+time.sleep(0.5)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    env = {**os.environ, "TOOL_PID_FILE": str(pids)}
+    killed = subprocess.run([sys.executable, "-c", trainer], cwd=ROOT, env=env, capture_output=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert all(ended(int(pid)) for pid in pids.read_text().split()), "the helper, spinning, and its child"
+
+
+@pytest.mark.parametrize("code", [0, 2])
+def test_a_tool_module_that_exits_as_it_is_imported_is_refused_in_one_line(monkeypatch, code):
+    monkeypatch.setenv("TOOL_IMPORT_EXIT", str(code))
+    with pytest.raises(UserError, match=rf"exits_at_import.py called sys.exit\({code}\); remove that call$") as raised:
+        build_tools(AgentSettings(tools=["tests/fixtures/exits_at_import.py:lookup_order"]))
+    assert "\n" not in str(raised.value)
 
 
 @pytest.mark.parametrize(
@@ -125,6 +261,17 @@ def test_run_py_refuses_a_tool_without_type_hints_before_the_model_loads(tmp_pat
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "no type hint for order_id" in lines[0], result.stderr
+
+
+def test_run_py_refuses_a_tool_module_that_exits_at_import_before_the_model_loads():
+    """sys.exit(0) while the tools load ended the run with status 0 and no output: it looked like success."""
+    tool = "tests/fixtures/exits_at_import.py:lookup_order"
+    command = [sys.executable, "run.py", "+recipe=support_agent", f"agent.tools=[{tool}]", "logger=none"]
+    env = {**os.environ, "TOOL_IMPORT_EXIT": "0"}
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "called sys.exit(0)" in lines[0], result.stderr
 
 
 def test_the_warm_up_lays_out_a_rollout_as_trl_does():
@@ -174,7 +321,8 @@ def agent_run(tmp_path_factory) -> Path:
 def test_the_support_agent_calls_its_tools_and_logs_trls_tool_metrics(agent_run):
     rows = read_metrics(agent_run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
-    for key in ("tools/call_frequency", "tools/failure_frequency", "rewards/tool_call/mean", "rewards/answer/mean"):
+    tools = ("tools/call_frequency", "tools/failure_frequency", TRUNCATED)
+    for key in (*tools, "rewards/tool_call/mean", "rewards/answer/mean"):
         assert all(key in r for r in rows), key
     assert all(r["tools/call_frequency"] > 0 for r in rows)
     assert any(r["rewards/tool_call/mean"] > 0 for r in rows), "some rollouts call the right tool"
@@ -200,6 +348,57 @@ def test_a_tool_that_raises_or_hangs_replies_with_its_error_and_counts_as_failed
     by_tool = {r["name"]: r["content"] for r in replies}
     assert "the order service is down" in by_tool["lookup_order"]
     assert "refund gave no result within 0.5 s" in by_tool["refund"]
+
+
+@pytest.mark.e2e  # an agent run whose tools misbehave each way in turn
+def test_a_run_whose_tools_misbehave_every_way_trains_on_and_leaves_no_process_behind(tmp_path):
+    """Issue 51: each of these ended the run, stalled it, or outlived it; now each is a reply the model reads."""
+    log, pids = tmp_path / "tool_replies.jsonl", tmp_path / "pids"
+    behaviours = "huge,spin,interrupts,exits,unprintable,leaves_a_process"
+    result = run_training(
+        tmp_path,
+        *SHORT,
+        "grpo.max_steps=4",
+        "grpo.max_completion_length=256",  # room for every reply: TRL drops one that would pass the limit
+        f"agent.tools=[{HOSTILE}:lookup_order,{HOSTILE}:refund]",
+        "agent.tool_timeout_s=1",
+        "agent.tool_reply_max_chars=100",
+        f"+reward.parts.record={{fn:'{FIXTURE}:records_tool_replies',weight:0}}",
+        env={
+            "AGENT_TOOL_LOG": str(log),
+            "HOSTILE_TOOL": behaviours,
+            "HOSTILE_TOOL_CALLS": str(tmp_path / "calls"),
+            "TOOL_PID_FILE": str(pids),
+        },
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "completed"
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert any(r[TRUNCATED] > 0 for r in rows) and all(r["tools/failure_frequency"] > 0 for r in rows)
+    replies = " ".join(json.loads(line)["content"] for line in log.read_text(encoding="utf-8").splitlines())
+    for said in ("[tool reply cut: the first 100 of", "gave no result within 1 s", "KeyboardInterrupt()",
+                 "SystemExit(3)", "can't be shown as text", ": checked"):  # fmt: skip
+        assert said in replies, said
+    assert all(ended(int(pid)) for pid in pids.read_text().split()), "the helpers and what their tools started"
+
+
+@pytest.mark.e2e  # a run stopped while its tool spins
+def test_ctrl_c_while_a_tool_spins_stops_after_the_step_and_ends_the_tools_processes(tmp_path, monkeypatch):
+    from tests.test_long_runs import WAIT_S, last_step, start, wait_for
+
+    pids, job = tmp_path / "pids", tmp_path / "job"
+    monkeypatch.setenv("HOSTILE_TOOL", "leaves_a_process,spin")
+    monkeypatch.setenv("HOSTILE_TOOL_CALLS", str(tmp_path / "calls"))
+    monkeypatch.setenv("TOOL_PID_FILE", str(pids))
+    tools = f"agent.tools=[{HOSTILE}:lookup_order,{HOSTILE}:refund]"
+    process = start(*SHORT, tools, "agent.tool_timeout_s=2", "grpo.max_steps=50", f"hydra.run.dir={job}")
+    wait_for(lambda: last_step(job) >= 1, process)
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the tools' helper has a session of its own
+    _, err = process.communicate(timeout=WAIT_S)
+    assert process.returncode == 130, err[-3000:]
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps"] < 50
+    assert all(ended(int(pid)) for pid in pids.read_text().split())
 
 
 def test_the_probe_samples_an_agent_through_its_tools_and_judges_its_parts():
@@ -250,4 +449,4 @@ def test_the_memory_plan_and_the_length_filter_count_the_tools_in_every_prompt(s
     assert planned > longest_prompt(cfg.dataset, cfg.model).tokens + 10, "the tools' schemas are in every prompt"
     tokenizer = load_tokenizer(cfg.model, model_path(cfg.model))
     prompt = [{"role": "user", "content": "我的订单 SO2405 到哪了？"}]
-    assert prompt_tokens(prompt, tokenizer, build_tools(cfg.agent)) > prompt_tokens(prompt, tokenizer) + 10
+    assert prompt_tokens(prompt, tokenizer, build_tools(cfg.agent).tools) > prompt_tokens(prompt, tokenizer) + 10

@@ -169,6 +169,68 @@ def test_a_part_may_set_its_own_limit(settings):
         build_rewards(settings(part.replace("timeout_s: 5", "timeout_s: -1"), "reward.timeout_s=600").reward)
 
 
+NEVER = "+reward.parts.api={fn: tests.fixtures.slow_rewards.never_returns, weight: 1}"
+
+
+def test_a_part_past_its_limit_on_many_calls_in_a_row_fails_the_run_in_one_line(settings):
+    """Issue 51: a part that never returned left a run that 'completed' having scored nothing with it."""
+    from grpo_exp.rewards.compose import build_rewards
+
+    cfg = settings(NEVER, "reward.timeout_s=0.1", "reward.max_timeouts_in_a_row=3")
+    api = next(r for r in build_rewards(cfg.reward)[0] if r.__name__ == "api")
+    for _ in range(2):
+        assert api(prompts=["p"], completions=["a"]) == [None]
+    with pytest.raises(UserError) as error:
+        api(prompts=["p"], completions=["a"])
+    message = str(error.value)
+    assert message.startswith(
+        "reward part 'api' (tests.fixtures.slow_rewards.never_returns) took over 0.1 s (reward.timeout_s) on 3 calls "
+        "in a row (reward.max_timeouts_in_a_row)"
+    )
+    assert "\n" not in message
+
+
+def test_a_part_that_never_returned_in_a_whole_run_fails_it(settings):
+    from grpo_exp.rewards.compose import build_rewards, check_answered
+    from tests.fixtures import slow_rewards
+
+    part = NEVER.replace("weight: 1", "weight: 1, timeout_s: 0.1")
+    rewards, _ = build_rewards(settings(part, "reward.timeout_s=600").reward)
+    check_answered(rewards)  # not called yet: nothing to say
+    api = next(r for r in rewards if r.__name__ == "api")
+    for _ in range(2):
+        api(prompts=["p"], completions=["a"])
+    with pytest.raises(UserError, match=r"^reward part 'api' \(tests.fixtures.slow_rewards.never_returns\) never "
+                       r"returned within 0.1 s \(reward.parts.api.timeout_s\) in 2 calls: "):  # fmt: skip
+        check_answered(rewards)
+    sometimes = HANGING.replace("weight: 0.1", "weight: 0.1, timeout_s: 0.1")
+    rewards, _ = build_rewards(settings(sometimes).reward)
+    slow_rewards.CALLS["n"] = 0
+    for _ in range(3):  # scored twice, then past its limit
+        next(r for r in rewards if r.__name__ == "api")(prompts=["p"], completions=["a"])
+    check_answered(rewards)  # a part that scored some of the run is the on_timeout policy's to judge
+
+
+@pytest.mark.e2e  # real runs that fail
+@pytest.mark.parametrize(("steps", "in_a_row"), [(3, 2), (2, 10)], ids=["stretch", "whole_run"])
+def test_a_run_whose_reward_part_never_returns_fails_in_one_line(tmp_path, steps, in_a_row):
+    from grpo_exp.report.jobs import load_job
+    from tests.test_long_runs import run
+
+    job = tmp_path / "job"
+    overrides = (NEVER, "reward.timeout_s=1", f"reward.max_timeouts_in_a_row={in_a_row}", f"grpo.max_steps={steps}")
+    result = run(*overrides, "logger=none", "save_model=false", f"hydra.run.dir={job}")
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if "[ERROR]" in line]
+    assert len(errors) == 1 and "reward part 'api' (tests.fixtures.slow_rewards.never_returns)" in errors[0]
+    said = "took over 1 s (reward.timeout_s) on 2 calls" if in_a_row == 2 else "never returned within 1 s"
+    assert said in errors[0]
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == "failed" and "reward part 'api'" in summary["error"]
+    record = load_job(job)  # as the sweep report reads it: a failed job, with its line
+    assert record.status == "failed" and "reward part 'api'" in record.error
+
+
 @pytest.mark.e2e  # a real run stopped or refused, then resumed
 def test_ctrl_c_during_a_hung_reward_call_stops_within_the_limit_with_a_checkpoint(tmp_path):
     """The third call of a part never returns: a Ctrl-C there stops the job once the 3 s limit passes,

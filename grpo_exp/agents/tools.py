@@ -7,8 +7,8 @@ Google-style docstring, so a tool without them is refused here, in one line, bef
 
 TRL calls a tool with the arguments the model wrote and sends what it returns back as the tool's
 reply; an exception becomes an ``{"error": ...}`` reply and counts in ``tools/failure_frequency``.
-A call that hangs is given up after ``agent.tool_timeout_s`` (``grpo_exp.deadline``): the model gets a
-time-out error as the reply, and the call counts as failed.
+TRL is handed stand-ins (``agents/runner.py``) that run each call in a helper process, where a tool that
+hangs can be killed at ``agent.tool_timeout_s`` and a reply is cut at ``agent.tool_reply_max_chars``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from grpo_exp.config.schema import AgentSettings
-from grpo_exp.deadline import Expired, within
 from grpo_exp.errors import UserError
 from grpo_exp.registry import Registry
 from grpo_exp.shipped import read_records, shipped_file
@@ -30,27 +28,6 @@ Tool = Callable[..., Any]
 
 TOOLS: Registry[Tool] = Registry("tool", hint=" (or give your own as path/to/file.py:function)")
 ORDERS = "agents/orders.jsonl"  # the support agent's order table
-
-
-class ToolTimeout(TimeoutError):
-    """A tool call that outlived ``agent.tool_timeout_s``."""
-
-
-def build_tools(settings: AgentSettings) -> list[Tool]:
-    """The configured tools, checked and each held to the time limit; empty when the job has none."""
-    names: dict[str, str] = {}
-    tools = []
-    for spec in settings.tools:
-        fn = resolve_tool(spec)
-        check_tool(fn, spec)
-        if fn.__name__ in names:
-            raise UserError(
-                f"agent.tools: {spec!r} and {names[fn.__name__]!r} are both called {fn.__name__!r}; the model "
-                "calls tools by name, so give each its own"
-            )
-        names[fn.__name__] = spec
-        tools.append(time_limited(fn, settings.tool_timeout_s))
-    return tools
 
 
 def resolve_tool(spec: str) -> Tool:
@@ -80,22 +57,6 @@ def check_tool(fn: Tool, spec: str) -> None:
         get_json_schema(fn)
     except Exception as exc:  # transformers' docstring and type-hint parsers raise their own types
         raise UserError(f"tool {spec!r}: {' '.join(str(exc).split())}") from None
-
-
-def time_limited(fn: Tool, timeout_s: float) -> Tool:
-    """``fn`` given up after ``timeout_s`` seconds (0: no limit) with ``ToolTimeout``; signature and
-    docstring kept, so TRL builds the same schema (``grpo_exp.deadline``: the call goes on, abandoned)."""
-    if not timeout_s:
-        return fn
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return within(lambda: fn(*args, **kwargs), timeout_s, f"tool-{fn.__name__}")
-        except Expired:
-            raise ToolTimeout(f"{fn.__name__} gave no result within {timeout_s:g} s") from None
-
-    return call
 
 
 @functools.cache

@@ -128,7 +128,9 @@ RANGES: dict[str, Bound] = {
     "probe.prompts": COUNT,
     "probe.generation_batch": COUNT,
     "reward.timeout_s": NON_NEGATIVE,
+    "reward.max_timeouts_in_a_row": COUNT,
     "agent.tool_timeout_s": NON_NEGATIVE,
+    "agent.tool_reply_max_chars": NON_NEGATIVE,
     "adaptive.interval": COUNT,
     "adaptive.samples_per_prompt": Bound(
         2, why="adaptive.samples_per_prompt={value}: a success rate needs at least 2 samples"

@@ -188,6 +188,7 @@ class RewardSettings:
     timeout_s: float = 600.0  # 0: no limit
     on_timeout: OnTimeout = OnTimeout.skip
     task_metrics: TaskMetricSettings = field(default_factory=TaskMetricSettings)
+    max_timeouts_in_a_row: int = 10  # calls of one part past its limit before the run fails
 
 
 @dataclass
@@ -294,6 +295,7 @@ class AgentSettings:
 
     tools: list[str] = field(default_factory=list)
     tool_timeout_s: float = 10.0  # 0: no limit
+    tool_reply_max_chars: int = 4000  # 0: no cap
 
 
 class LoggerBackend(StrEnum):

@@ -10,6 +10,12 @@ tests), checks what the function returns, and logs the part's spread within grou
 and the monitor says so. Each part knows its ceiling (its best score: the registry's for a built-in
 part, ``reward.parts.<name>.ceiling`` for the user's), and the parts of a reward together log the
 share of completions and groups at their ceilings (``solved.SolvedTally``).
+
+A part past its time limit scores nothing for that batch (``reward.on_timeout=skip``). One that does
+so ``reward.max_timeouts_in_a_row`` calls in a row, or on every call of a run (``check_answered``), fails
+the run: a part that never returns would otherwise leave a run that "completes" having learnt from
+none of its scores. The first part also logs the batch's ``batch_metrics`` (the agent tools' replies cut)
+through TRL's ``log_metric``, which only reward functions are given.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from grpo_exp.config.schema import OnTimeout, RewardPart, RewardSettings
@@ -46,12 +52,18 @@ class WeightedReward:
         gate: StageGate | None = None,
         timeout_s: float = 0.0,
         on_timeout: OnTimeout = OnTimeout.skip,
+        max_timeouts_in_a_row: int = RewardSettings.max_timeouts_in_a_row,
     ) -> None:
         self.__name__ = name
         self.timeout_s = timeout_s if part.timeout_s is None else part.timeout_s  # 0: no limit
+        self.timeout_key = "reward.timeout_s" if part.timeout_s is None else f"reward.parts.{name}.timeout_s"
         if not self.timeout_s >= 0:  # NaN too
             raise UserError(f"reward.parts.{name}.timeout_s={part.timeout_s}: give seconds, or 0 for no limit")
         self.on_timeout = on_timeout
+        self.max_timeouts_in_a_row = max_timeouts_in_a_row
+        self.timeouts_in_a_row = 0
+        self.answered = self.timed_out = 0  # calls that returned within the limit, and those that didn't
+        self.batch_metrics: Callable[[], dict[str, float]] | None = None  # logged by the reward's first part
         self.spec = part.fn
         self.fn, self.style = resolve(part.fn)
         self.params = dict(part.params)
@@ -91,6 +103,10 @@ class WeightedReward:
         log_metric = kwargs.get("log_metric")
         if self.logs_stage and state is not None and log_metric is not None:
             log_metric(STAGE_METRIC, self.gate.stage(state))
+        if self.batch_metrics is not None:  # taken each batch, logged or not (the probe and profiles log none)
+            for key, value in self.batch_metrics().items():
+                if log_metric is not None:
+                    log_metric(key, value)
         if not self.gate.counts(self.__name__, state):
             return [None] * len(completions)
         try:
@@ -119,17 +135,30 @@ class WeightedReward:
         return self.fn(given, prompts=prompts, **{**kwargs, **self.params})
 
     def _within_limit(self, call: Callable[[], Any]) -> Any:
-        """The part's scores, or None when the call outlives ``timeout_s`` (``on_timeout: skip``).
+        """The part's scores, or None when the call outlives ``timeout_s`` (``on_timeout: skip``), until
+        it has done so ``max_timeouts_in_a_row`` times in a row: then the run fails.
 
         The call runs in a thread of its own (``grpo_exp.deadline``), so the training process keeps
         control: a stop signal is handled, and the job goes on without the part's scores for that batch."""
         try:
-            return within(call, self.timeout_s, f"reward-{self.__name__}")
+            scores = within(call, self.timeout_s, f"reward-{self.__name__}")
         except Expired:
             pass
+        else:
+            self.answered += 1
+            self.timeouts_in_a_row = 0
+            return scores
+        self.timed_out += 1
+        self.timeouts_in_a_row += 1
         where = f"reward part {self.__name__!r} ({self.spec}) took over {self.timeout_s:g} s"
         if self.on_timeout is OnTimeout.fail:
-            raise UserError(f"{where}; raise reward.timeout_s (0: no limit) or make the call return") from None
+            raise UserError(f"{where}; raise {self.timeout_key} (0: no limit) or make the call return") from None
+        if self.timeouts_in_a_row >= self.max_timeouts_in_a_row:
+            raise UserError(
+                f"{where} ({self.timeout_key}) on {self.timeouts_in_a_row} calls in a row "
+                "(reward.max_timeouts_in_a_row): the run has no scores from it; make the call return, or raise "
+                "the limit (0: no limit)"
+            ) from None
         log.warning("%s: no %s scores for this batch (reward.on_timeout=skip)", where, self.__name__)
         return None
 
@@ -163,6 +192,19 @@ class WeightedReward:
                 len(values),
             )
         return [None if v is not None and not math.isfinite(v) else v for v in values]
+
+
+def check_answered(rewards: Sequence[WeightedReward]) -> None:
+    """A one-line ``UserError`` for the first part that was called and never returned within its time
+    limit: the run got none of its scores (shorter than ``reward.max_timeouts_in_a_row`` calls, it was
+    not stopped on the way)."""
+    for reward in rewards:
+        if reward.timed_out and not reward.answered:
+            raise UserError(
+                f"reward part {reward.__name__!r} ({reward.spec}) never returned within {reward.timeout_s:g} s "
+                f"({reward.timeout_key}) in {reward.timed_out} calls: the run has no scores from it; make the call "
+                "return, or raise the limit (0: no limit)"
+            )
 
 
 def required_columns(reward: WeightedReward) -> set[str]:
@@ -205,8 +247,11 @@ def completion_text(completion: Any) -> str:
     return "".join(completion_text(message) for message in completion)
 
 
-def build_rewards(settings: RewardSettings) -> tuple[list[WeightedReward], list[float]]:
-    """The reward functions and weights for ``GRPOTrainer(reward_funcs=..., args.reward_weights=...)``."""
+def build_rewards(
+    settings: RewardSettings, batch_metrics: Callable[[], dict[str, float]] | None = None
+) -> tuple[list[WeightedReward], list[float]]:
+    """The reward functions and weights for ``GRPOTrainer(reward_funcs=..., args.reward_weights=...)``;
+    ``batch_metrics``: what else each batch logs (through the first part's ``log_metric``)."""
     if not settings.parts:
         raise UserError("no reward parts configured: pick a reward, e.g. reward=customer_service")
     gate = StageGate(settings.parts)
@@ -214,9 +259,12 @@ def build_rewards(settings: RewardSettings) -> tuple[list[WeightedReward], list[
     for name in _scaling_order(settings.parts):
         part = settings.parts[name]
         scaled_by = built[part.scale_by] if part.scale_by else None
-        built[name] = WeightedReward(name, part, scaled_by, gate, settings.timeout_s, settings.on_timeout)
+        built[name] = WeightedReward(
+            name, part, scaled_by, gate, settings.timeout_s, settings.on_timeout, settings.max_timeouts_in_a_row
+        )
     functions = [built[name] for name in settings.parts]  # TRL calls them in the config's order
     functions[0].logs_stage = gate.staged
+    functions[0].batch_metrics = batch_metrics
     weights = [float(part.weight) for part in settings.parts.values()]
     if not all(math.isfinite(w) for w in weights) or not any(weights):
         raise UserError(f"reward weights {weights} must be finite and not all zero")

@@ -8,32 +8,26 @@ reply of ``$9^{9^{9}}$`` with 18 had not finished after 90 s. So every check run
 interpreter, started on first use and reused, that runs math-verify in its own main thread, so its
 alarm stops slow Python work; the trainer waits at most ``timeout_s`` for each answer and kills the
 helper (its whole process group) when none comes, work stuck in C included, then starts another
-for the next check. Importing this module is cheap: math-verify loads only in the helper.
+for the next check (``grpo_exp.helper_process``, shared with agent tools). Importing this module
+is cheap: math-verify loads only in the helper.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
-import json
 import math
-import os
 import re
-import select
-import signal
-import subprocess
 import sys
 import threading
-import time
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from grpo_exp.errors import UserError
+from grpo_exp.helper_process import Helper, HelperGone, Unavailable
+from grpo_exp.helper_process import serve as serve_requests
 from grpo_exp.rewards.math_forms import FINAL_LINE_FORMS, FINDERS, ends_in_form, find_answer, forms_from
 from grpo_exp.rewards.registry import RewardFn, register
 
-STARTUP_S = 120.0  # a fresh helper imports sympy and math-verify (about 1 s; more on a loaded machine)
 GOLD_CACHE = 4096  # references the helper keeps parsed (a dataset's are few, and each is asked often)
 # A plain number, commas grouping thousands or none: it parses, so the reference check needs no helper.
 PLAIN_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
@@ -183,19 +177,22 @@ def check_references(
 
 
 class Checker:
-    """math-verify in a helper process: ``verify`` and ``parses`` with a hard time limit per call.
+    """math-verify in a helper process (``grpo_exp.helper_process``): ``verify`` and ``parses`` with a hard
+    time limit per call.
 
     Thread-safe (one call at a time); the helper starts on first use, and after a kill on the next.
     """
 
     def __init__(self, argv: list[str] | None = None) -> None:
         # -P: the current folder stays off the path (a user's math.py there must not shadow the standard one)
-        self.argv = argv or [sys.executable, "-P", "-c", "from grpo_exp.rewards.math import serve; serve()"]
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._buffer = b""
-        self._lock = threading.Lock()
-        self._next_id = 0
-        self.restarts = 0  # helpers killed at a time limit (for tests and logs)
+        argv = argv or [sys.executable, "-P", "-c", "from grpo_exp.rewards.math import serve; serve()"]
+        # stderr to /dev/null: math-verify logs each timeout; the score says it already
+        self.helper = Helper(argv, "the math reward's checker")
+
+    @property
+    def restarts(self) -> int:
+        """Helpers killed at a time limit (for tests and logs)."""
+        return self.helper.restarts
 
     def verify(self, gold: str, answer: str, timeout_s: float) -> bool | None:
         """Whether ``answer`` equals ``gold``; False when the check outlived ``timeout_s``; None when
@@ -210,76 +207,16 @@ class Checker:
 
     def close(self) -> None:
         """Stop the helper (it also stops by itself when this process ends: its input closes)."""
-        with self._lock:
-            self._kill()
+        self.helper.close()
 
     def _ask(self, request: dict[str, Any], timeout_s: float) -> Any:
         if not timeout_s > 0:
             raise UserError(f"math reward timeout_s={timeout_s}: give seconds above 0 (math-verify can hang)")
-        with self._lock:
-            proc = self._started()
-            self._next_id += 1
-            request = {**request, "id": self._next_id, "alarm_s": max(1, math.ceil(timeout_s) - 1)}
-            try:
-                assert proc.stdin is not None
-                proc.stdin.write(json.dumps(request).encode() + b"\n")
-                proc.stdin.flush()
-                reply = self._read_line(time.monotonic() + timeout_s)
-            except (BrokenPipeError, OSError):
-                reply = None
-            if reply is None or json.loads(reply).get("id") != request["id"]:
-                self._kill()  # stuck (or gone): the next call starts a fresh helper
-                self.restarts += 1
-                return TimeoutError
-            return json.loads(reply)["result"]
-
-    def _started(self) -> subprocess.Popen[bytes]:
-        if self._proc is not None and self._proc.poll() is None:
-            return self._proc
-        self._kill()
-        root = str(Path(__file__).resolve().parents[2])  # the folder holding grpo_exp
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-        self._proc = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,  # math-verify logs each timeout; the score says it already
-            env=env,
-            start_new_session=True,  # its own process group, killed whole
-        )
-        line = self._read_line(time.monotonic() + STARTUP_S)
-        hello = json.loads(line) if line else {"error": f"no answer within {STARTUP_S:g} s"}
-        if "error" in hello:
-            self._kill()
-            raise UserError(f"the math reward's checker did not start: {hello['error']}")
-        return self._proc
-
-    def _read_line(self, deadline: float) -> bytes | None:
-        """The helper's next line, or None at ``deadline`` or when it has exited."""
-        assert self._proc is not None and self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return None
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line
-
-    def _kill(self) -> None:
-        proc, self._proc, self._buffer = self._proc, None, b""
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):  # it ended just now
-                os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                pipe.close()
+        try:
+            answer = self.helper.ask({**request, "alarm_s": max(1, math.ceil(timeout_s) - 1)}, timeout_s)
+        except HelperGone:  # stuck (or gone): killed, and the next call starts a fresh helper
+            return TimeoutError
+        return answer["result"]
 
 
 _shared: Checker | None = None
@@ -300,26 +237,24 @@ def shared_checker() -> Checker:
 
 
 def serve() -> None:
-    """The helper's loop: one JSON request per line on stdin, one JSON answer per line on stdout.
+    """The helper's loop (``grpo_exp.helper_process.serve``): math-verify loaded once, then one check per request."""
+    serve_requests(_checks)
 
-    The answers get a copy of stdout of their own, and stdout itself goes where stderr goes, so
-    nothing a library prints can break the exchange."""
-    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+
+def _checks() -> Callable[[dict[str, Any]], dict[str, Any]]:
     try:
         from math_verify import parse, verify
     except ImportError as exc:
-        _say(answers, {"error": f"math-verify is not installed ({exc}): pip install math-verify"})
-        return
+        raise Unavailable(f"math-verify is not installed ({exc}): pip install math-verify") from None
     golds: dict[str, list[Any]] = {}
-    _say(answers, {"ready": True})
-    for line in sys.stdin:
-        request = json.loads(line)
+
+    def check(request: dict[str, Any]) -> dict[str, Any]:
         try:
-            result = judge(request, parse, verify, golds)
+            return {"result": judge(request, parse, verify, golds)}
         except Exception:  # math-verify gives up on odd input by returning; anything else is a failed check
-            result = False
-        _say(answers, {"id": request["id"], "result": result})
+            return {"result": False}
+
+    return check
 
 
 def judge(request: dict[str, Any], parse: Any, verify: Any, golds: dict[str, list[Any]]) -> bool | None:
@@ -342,8 +277,3 @@ def judge(request: dict[str, Any], parse: Any, verify: Any, golds: dict[str, lis
 def _comparable(parsed: list[Any]) -> bool:
     """math-verify's parse gives expressions, then the matched text as a fallback: only an expression counts."""
     return any(not isinstance(item, str) for item in parsed)
-
-
-def _say(answers: Any, message: dict[str, Any]) -> None:
-    answers.write(json.dumps(message) + "\n")
-    answers.flush()

@@ -4,8 +4,9 @@
 then for each stage of the schedule (``schedule``: one stage for a plain run, several for an adaptive
 one or a rollback) builds a trainer and trains it, continuing the previous stage's checkpoint. It
 stops cleanly on a signal (``stops``), saves the model, and always writes ``summary.json`` and the
-W&B summary. A resumed job (``checkpoints.ResumePoint``) continues all of these where its checkpoint
-left them.
+W&B summary. A run that ends by itself with a reward part that never returned in time is a failed
+run (``compose.check_answered``). A resumed job (``checkpoints.ResumePoint``) continues all of these
+where its checkpoint left them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from grpo_exp.folder import JobFolder
+from grpo_exp.rewards.compose import check_answered
 from grpo_exp.spec import JobSpec
 from grpo_exp.tracking.metrics import read_metrics
 from grpo_exp.tracking.outcome import format_outcome
@@ -60,6 +62,8 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
         try:
             with stop.listening():
                 trainer = _train_stages(spec, folder, point, stop, records, trackers)
+            if stop.signum is None:  # a run that ended by itself: each part scored some of it
+                check_answered(spec.rewards)
             if spec.settings.save_model and trainer is not None:
                 trainer.save_model(str(folder.model))
             records.ended(interrupted=stop.signum is not None)
@@ -70,6 +74,8 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
                 raise full from exc
             raise
         finally:
+            if spec.tool_runner is not None:  # with every process a tool left behind
+                spec.tool_runner.close()
             summary = records.close()
             trackers.close(summary)
         if stop.signum is not None:
