@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from grpo_exp.config.schema import LoggerBackend, LoggerSettings
+from grpo_exp.report.trackers import REPORT_RUN_SUFFIX
 from grpo_exp.tracking.trackio_run import wandb_keys
 from tests.conftest import ROOT
 from tools.docs_images import BROWSER_ARGS, CHROMIUM  # the browser the docs picture is taken in
@@ -64,7 +65,9 @@ def test_each_job_is_one_trackio_run_with_every_step(sweep):
     sweep_dir, store = sweep
     names = run_names(sweep_dir)
     listed = trackio_cli(store, "list", "runs", "--project", "grpo-exp")["runs"]
-    assert sorted(listed) == sorted(names) and len(set(names)) == 2
+    report_run = sweep_dir.name + REPORT_RUN_SUFFIX  # the sweep's interval table (report/trackers.py), beside the jobs
+    assert report_run in listed
+    assert sorted(n for n in listed if n != report_run) == sorted(names) and len(set(names)) == 2
     for name in names:
         got = trackio_cli(store, "get", "metric", "--project", "grpo-exp", "--run", name, "--metric", "train/reward")
         assert [v["step"] for v in got["values"]] == list(range(1, STEPS + 1))
