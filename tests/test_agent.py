@@ -275,29 +275,19 @@ def test_run_py_refuses_a_tool_module_that_exits_at_import_before_the_model_load
 
 
 def test_the_warm_up_lays_out_a_rollout_as_trl_does():
-    """The embedded model learns the tool's reply framed exactly as TRL frames it, and TRL parses its call."""
-    from types import SimpleNamespace
+    """The embedded model learns the tool's reply framed exactly as TRL frames it (the framing's own
+    equality with GRPOTrainer's: tests/test_trl_contract.py), and TRL parses its call."""
+    from trl.chat_template_utils import add_response_schema, parse_response
 
-    from trl import GRPOTrainer
-    from trl.chat_template_utils import (
-        add_response_schema,
-        get_training_chat_template,
-        is_chat_template_prefix_preserving,
-        parse_response,
-    )
-
+    from grpo_exp.agents.rollout import suffix_framer
     from grpo_exp.config.schema import TinyRecipe
     from grpo_exp.models import tiny, warmup
 
     corpus = warmup.build_corpus(TinyRecipe(scenarios={"support_agent": 1.0}, corpus_size=100, tool_share=1.0))
     tokenizer = tiny.train_tokenizer(corpus, 1000)
     example = next(ex for ex in corpus if ex.call is not None)
-    trained = None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
-    trainer = SimpleNamespace(
-        processing_class=tokenizer, chat_template=trained, _is_vlm=False, _tokenizer=tokenizer, chat_template_kwargs={}
-    )
     tool_message = {"role": "tool", "name": "lookup_order", "content": example.tool_reply}
-    suffix = GRPOTrainer._get_tool_suffix_ids(trainer, [tool_message])
+    suffix = suffix_framer(tokenizer)([tool_message])
     assert tokenizer.decode(suffix) == tiny.tool_suffix(example.tool_reply)
 
     add_response_schema(tokenizer)  # what GRPOTrainer does for Qwen3's template

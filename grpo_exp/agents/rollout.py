@@ -1,4 +1,4 @@
-"""An agent's rollout outside the trainer, as TRL's GRPOTrainer runs it (``_tool_call_loop``).
+"""An agent's rollout outside the trainer, as TRL's GRPOTrainer runs it (its tool-call loop).
 
 The reward probe and the adaptive profile sample the policy without a trainer; for a job with tools
 they must see what training sees: the model's first turn parsed for tool calls, each call run and its
@@ -10,7 +10,6 @@ included, counted against ``grpo.max_completion_length``. Parsing and framing ar
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from types import SimpleNamespace
 from typing import Any
 
 Generate = Callable[[list[list[int]], int], list[list[int]]]  # (inputs, max new tokens) -> one continuation each
@@ -46,17 +45,32 @@ def suffix_framer(tokenizer: Any) -> Callable[[list[dict[str, Any]]], list[int]]
     """The tokens TRL appends after a turn that called tools, as a function of the replies: the replies,
     then the next turn's start.
 
-    TRL derives them from the chat template (``GRPOTrainer._get_tool_suffix_ids``, with its training
-    template where the model's own isn't prefix-preserving); the same method is called here so the
-    framing can't drift from what training shows the model. The template is settled once, here."""
-    from trl import GRPOTrainer
+    Derived from the chat template as GRPOTrainer derives them (with TRL's training template where the
+    model's own isn't prefix-preserving): a short conversation whose assistant turn calls the first
+    reply's tool is rendered without and with the replies (and the next turn's start); the suffix is
+    what the replies add after the call's end of turn. tests/test_trl_contract.py holds it equal to
+    the trainer's own. The template is settled once, here."""
     from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
 
     template = None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
-    trainer = SimpleNamespace(
-        processing_class=tokenizer, chat_template=template, _is_vlm=False, _tokenizer=tokenizer, chat_template_kwargs={}
-    )
-    return lambda replies: list(GRPOTrainer._get_tool_suffix_ids(trainer, replies))
+
+    def render(messages: list[dict[str, Any]], next_turn: bool) -> list[int]:
+        ids = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=next_turn, tokenize=True, chat_template=template, return_dict=False
+        )
+        return list(ids)
+
+    def suffix(replies: list[dict[str, Any]]) -> list[int]:
+        call = {"type": "function", "function": {"name": replies[0]["name"], "arguments": {}}}
+        turns = [{"role": "user", "content": "dummy"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+        before, after = render(turns, next_turn=False), render(turns + replies, next_turn=True)
+        ends = [i for i, token in enumerate(before) if token == tokenizer.eos_token_id]
+        before = before[: ends[-1] + 1] if ends else before  # a template may write a newline after the end of turn
+        if after[: len(before)] != before:
+            raise ValueError("the chat template renders the tool replies' conversation with another beginning")
+        return after[len(before) :]
+
+    return suffix
 
 
 def continue_with_tools(

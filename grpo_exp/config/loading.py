@@ -45,7 +45,9 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> Iterator[str]:
     for key in node:
         if key not in names:
             yield f"{prefix}{key}"
-        elif isinstance(child := node._get_node(key), DictConfig) and not child._is_missing() and not child._is_none():
+        elif OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key):
+            continue  # nothing of its own to check (an interpolated group is checked where it points)
+        elif isinstance(child := node[key], DictConfig):  # a group set to None reads as None
             yield from unknown_keys(child, f"{prefix}{key}.")
 
 

@@ -31,7 +31,8 @@ from grpo_exp.config.schema import MonitorSettings
 from grpo_exp.errors import UserError
 from grpo_exp.quiet import library_bars_off
 from grpo_exp.rewards.compose import group_std
-from grpo_exp.rewards.solved import FLOAT_NOISE, at_ceiling
+from grpo_exp.rewards.solved import at_ceiling
+from grpo_exp.rewards.spread import alike_lists
 from grpo_exp.spec import JobSpec
 from grpo_exp.tracking.monitor import CEILING_REMEDY, FLAT_REMEDY, TRUNCATED_REMEDY
 
@@ -129,7 +130,8 @@ def judge_part(
     """One part's figures and verdict from its scores, whether each completion was cut, and each one's
     characters (a list per prompt, the prompt's completions in order).
 
-    ``alike``: per group size, the share of groups whose scored completions all score the same;
+    ``alike``: per group size, the share of groups whose scored completions all score the same
+    (TRL's rule, rewards/spread.py);
     ``at_ceiling``: at the run's group size, the share of groups at the part's ceiling. First match wins:
 
     - ceiling: more groups solved whole than ``monitor.max_zero_std_fraction`` (the monitor's converged groups);
@@ -149,7 +151,7 @@ def judge_part(
     scored = [item for row in rows for item in row]
     groups = {size: _groups(rows, size) for size in sizes}
     values = {size: [[s for s, _, _ in g] for g in chunks] for size, chunks in groups.items()}
-    alike = {str(size): _share([_alike(g) for g in chunks]) for size, chunks in values.items()}
+    alike = {str(size): _share(alike_lists(chunks)) for size, chunks in values.items()}
     solved = _share([all(at_ceiling(s, ceiling) for s in g) for g in values[group]])
     cut_flags = [c for _, c, _ in scored]
     mixed = [g for g in groups[group] if any(c for _, c, _ in g) and not all(c for _, c, _ in g)]
@@ -265,11 +267,6 @@ def _interval(flags: list[bool]) -> tuple[float, float] | None:
     centre = (share + Z95**2 / (2 * n)) / (1 + Z95**2 / n)
     half = Z95 * math.sqrt(share * (1 - share) / n + Z95**2 / (4 * n * n)) / (1 + Z95**2 / n)
     return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def _alike(values: list[float]) -> bool:
-    """Whether a group scores all the same (TRL's zero std, up to float noise)."""
-    return max(values) - min(values) <= FLOAT_NOISE * max(1.0, abs(max(values)))
 
 
 def _group_std(chunks: list[list[float]]) -> float | None:

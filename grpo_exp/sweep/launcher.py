@@ -259,7 +259,10 @@ def _lost(job: _Running, sweep_config: DictConfig) -> JobReturn:
 
 def _signal_cause(signum: int, oom_before: int | None) -> str:
     """``killed by SIGKILL``, or the out-of-memory killer when the kernel counted a kill meanwhile."""
-    name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:  # a number with no name on this system
+        name = f"signal {signum}"
     after = _oom_kills()
     if signum == signal.SIGKILL and oom_before is not None and after is not None and after > oom_before:
         return OOM_CAUSE

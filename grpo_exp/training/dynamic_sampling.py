@@ -11,8 +11,8 @@ its ceiling, rewards/solved.py) in the batch instead. Alike is judged on the sco
 TRL leaves unscored ones out of a group's baseline and zeroes their advantage; a group none of whose
 completions was scored is alike, and never solved.
 
-Several processes. TRL scores every process's completions together (``_calculate_rewards`` gathers
-them, in rank order) and a group may span two ranks, so each round's rows are gathered from every
+Several processes. TRL scores every process's completions together (it gathers them to score, in
+rank order) and a group may span two ranks, so each round's rows are gathered from every
 rank too (widths padded alike) and groups are judged and picked on the whole batch: every rank makes
 the same decisions, takes the same number of extra rounds, and keeps its own equal slice of the
 trained batch. A round's new prompts are drawn alike on every rank, as many groups as make a whole
@@ -30,6 +30,11 @@ TRL's values, round by round, and describes everything generated, dropped groups
 (of the groups generated), ``dynamic_sampling/rounds`` (extra rounds), ``dynamic_sampling/completions``
 (generated) and ``dynamic_sampling/trained_zero_std_share`` (the trained groups whose completions
 all scored alike, solved or not).
+
+Alike is TRL's rule (rewards/spread.py). ``DynamicSampling`` reaches TRL only through
+``generate_and_score``, ``step_metrics`` and ``generation_batch``, which training/trl_private.py's
+``TrlGeneration`` maps onto GRPOTrainer's private methods; the trainer mixes both in only when
+``grpo.dynamic_sampling`` is on (training/trainer.py).
 """
 
 from __future__ import annotations
@@ -43,14 +48,17 @@ from trl.trainer.utils import nanstd
 
 from grpo_exp.rewards.compose import group_std
 from grpo_exp.rewards.solved import SOLVED, SOLVED_GROUPS, completion_solved, group_solved, judgeable, solved_shares
+from grpo_exp.rewards.spread import alike, zero_spread
 from grpo_exp.tracking.monitor import GROUP_STD_SUFFIX, PART_PREFIX
 from grpo_exp.training.profile import sample_rows
+from grpo_exp.training.trl_private import STD_EPSILON
 
 log = logging.getLogger(__name__)
 
 LEFT_PADDED = ("prompt_ids", "prompt_mask")  # TRL pads prompts on the left, completions on the right
-# The per-row entries of TRL 1.16's generation output, gathered from every rank: a fixed list, so
-# every rank gathers the same ones (a batch-wide value like pixel_values could match a rank's row count).
+# The per-row entries of TRL's generation output, gathered from every rank: a fixed list, so every rank
+# gathers the same ones (a batch-wide value like pixel_values could match a rank's row count).
+# tests/test_trl_contract.py checks it against the installed TRL's output.
 PER_ROW_KEYS = (
     *LEFT_PADDED,
     "completion_ids",
@@ -65,8 +73,6 @@ PER_ROW_KEYS = (
     "mm_token_type_ids",
 )
 METRIC = "dynamic_sampling/"
-ALIKE = 1e-6  # a spread of totals within this share of the batch's largest (at least 1) is rounding
-TRL_STD_EPSILON = 1e-4  # what TRL adds to a standard deviation it divides by (normalize_then_sum)
 
 
 class SampledGroup(NamedTuple):
@@ -79,27 +85,23 @@ class SampledGroup(NamedTuple):
 
 
 class DynamicSampling:
-    """Mix in before GRPOTrainer; ``enable_dynamic_sampling`` turns it on."""
+    """Mix in before trl_private.TrlGeneration and GRPOTrainer; ``enable_dynamic_sampling`` turns it on."""
 
     dynamic_rounds: int | None = None  # extra generation rounds allowed per batch; None: off
     keep_solved: bool = False
     ceilings: tuple[float | None, ...] = ()
-    _scored: torch.Tensor | None = None
     _batches: tuple[int | None, int] = (None, 0)  # (global step, generation batches begun at it)
 
     def enable_dynamic_sampling(self, max_rounds: int, ceilings: list[float | None], keep_solved: bool = False) -> None:
         self.dynamic_rounds, self.ceilings, self.keep_solved = max_rounds, tuple(ceilings), keep_solved
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        self._scored = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        return self._scored  # every process's rows, in rank order
-
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    def generation_batch(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """The batch the step trains on, from ``inputs`` (this rank's rows)."""
         if self.dynamic_rounds is None or not self.model.training:
-            return super()._generate_and_score_completions(inputs)
+            return self.generate_and_score(inputs)[0]
         group, processes = self.num_generations, self.accelerator.num_processes
         wanted = len(inputs) * processes // group  # groups of the whole batch (TRL: whole groups only)
-        metrics = self._metrics["train"]
+        metrics = self.step_metrics()
         logged = {key: len(values) for key, values in metrics.items()}  # by earlier batches of this step
         index_in_step = self._next_batch()
         kept: list[SampledGroup] = []
@@ -107,13 +109,13 @@ class DynamicSampling:
         generated = rounds = 0
         batch = inputs
         while True:
-            output = self._every_rank(super()._generate_and_score_completions(batch))
-            scores = self._scored
-            for index, alike in enumerate(self._alike_groups(scores)):
+            output, scores = self.generate_and_score(batch)  # scores: every rank's rows
+            output = self._every_rank(output)
+            for index, same in enumerate(alike(self._totals(scores), group)):
                 rows = slice(index * group, (index + 1) * group)
-                member = SampledGroup(_rows(output, rows), scores[rows], alike)
-                kept_anyway = alike and self.keep_solved and self._solved(member.scores)
-                (spare if alike and not kept_anyway else kept).append(member)
+                member = SampledGroup(_rows(output, rows), scores[rows], same)
+                kept_anyway = same and self.keep_solved and self._solved(member.scores)
+                (spare if same and not kept_anyway else kept).append(member)
                 generated += 1
             missing = wanted - len(kept)  # from gathered scores: the same on every rank
             if missing <= 0 or rounds >= self.dynamic_rounds:
@@ -136,7 +138,7 @@ class DynamicSampling:
         metrics[METRIC + "rounds"].append(float(rounds))
         metrics[METRIC + "completions"].append(float(generated * group))  # generated, kept or not
         metrics[METRIC + "trained_zero_std_share"].append(alike_trained / len(trained))
-        whole = _merged([g.rows for g in trained], self._tokenizer.pad_token_id)
+        whole = _merged([g.rows for g in trained], self._pad_id())
         return _rows(whole, rank_rows(len(inputs), self.accelerator.process_index))
 
     def _every_rank(self, output: dict[str, Any]) -> dict[str, Any]:
@@ -151,10 +153,14 @@ class DynamicSampling:
         for key in sorted(k for k in PER_ROW_KEYS if torch.is_tensor(output.get(k))):  # alike on every rank
             value = output[key]
             if value.dim() >= 2:
-                fill = _fill(key, self._tokenizer.pad_token_id)
+                fill = _fill(key, self._pad_id())
                 value = pad_across_processes(value, dim=1, pad_index=fill, pad_first=key in LEFT_PADDED)
             whole[key] = gather(value)
         return whole
+
+    def _pad_id(self) -> int:
+        """The pad token of the trainer's tokenizer (a processor's own, for a vision-language model)."""
+        return getattr(self.processing_class, "tokenizer", self.processing_class).pad_token_id
 
     def _next_batch(self) -> int:
         """This generation batch's index within the optimizer step: a step generates several when
@@ -172,16 +178,6 @@ class DynamicSampling:
         totals[torch.isnan(scores).all(dim=1)] = torch.nan
         return totals
 
-    def _alike_groups(self, scores: torch.Tensor) -> list[bool]:
-        """Per group of the batch just scored: its scored completions all alike (none scored: alike)."""
-        totals = self._totals(scores)
-        tolerance = ALIKE * max(1.0, totals.nan_to_num(nan=0.0).abs().max().item())
-        alike = []
-        for row in totals.view(-1, self.num_generations).tolist():
-            values = [t for t in row if t == t]  # t != t: NaN, unscored
-            alike.append(not values or max(values) - min(values) <= tolerance)
-        return alike
-
     def _solved(self, group: torch.Tensor) -> bool:
         """Solved as rewards/solved.py judges a group: every scored completion's weighted parts at
         their ceilings; never when a weighted part's ceiling is unknown or no completion was scored."""
@@ -198,7 +194,7 @@ class DynamicSampling:
 
     def _describe_trained(self, scores: torch.Tensor, logged: dict[str, int]) -> None:
         """Replace the reward numbers this batch's rounds appended with the trained batch's."""
-        metrics = self._metrics["train"]
+        metrics = self.step_metrics()
         for key, value in self._reward_metrics(scores).items():
             values = metrics.get(key)
             if values is None or len(values) <= logged.get(key, 0):
@@ -228,18 +224,18 @@ class DynamicSampling:
         return numbers
 
     def _zero_std_share(self, scores: torch.Tensor, totals: torch.Tensor) -> float:
-        """TRL's frac_reward_zero_std: the share of completions whose reward's standard deviation is
-        zero, their group's (scale_rewards group or none) or the batch's (batch, or normalize_then_sum)."""
+        """TRL's frac_reward_zero_std: the share of completions whose reward's standard deviation has no
+        spread (rewards/spread.zero_spread), their group's (scale_rewards group or none) or the batch's
+        (batch; normalize_then_sum, on the totals of the parts each scaled within its group)."""
         if self.multi_objective_aggregation == "normalize_then_sum":
             grouped = scores.view(-1, self.num_generations, scores.shape[1])
             mean, std = torch.nanmean(grouped, dim=1, keepdim=True), nanstd(grouped, dim=1, keepdim=True)
-            totals = self._totals(scores, ((grouped - mean) / (std + TRL_STD_EPSILON)).view_as(scores))
-            std = nanstd(totals)
-        elif self.scale_rewards == "batch":
+            totals = self._totals(scores, ((grouped - mean) / (std + STD_EPSILON)).view_as(scores))
+        if self.multi_objective_aggregation == "normalize_then_sum" or self.scale_rewards == "batch":
             std = nanstd(totals)
         else:
             std = nanstd(totals.view(-1, self.num_generations), dim=1)
-        return torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+        return zero_spread(std).float().mean().item()
 
     def _more_prompts(self, groups: int, index_in_step: int, round_: int) -> list[dict[str, Any]]:
         """This rank's share of ``groups`` training prompts, each repeated for its group: drawn alike on

@@ -1,12 +1,17 @@
 """One stage's trainer: TRL's GRPOTrainer with the job's model, prompts, rewards, GRPOConfig and callbacks.
 
 ``JobTrainer`` is GRPOTrainer with a quieter console: completions tables only when asked, no model
-card, no library progress bars beside the training bar.
+card, no library progress bars beside the training bar. It overrides public methods only, so a
+default run generates, scores and computes its loss with GRPOTrainer's own code.
 
 TRL prints a rich table of sampled completions on every logging step whenever ``log_completions``
 is on (hundreds of lines for a short run), though the same table also goes to W&B; and it writes a
 hub model card (linking ``https://huggingface.co/None`` when nothing is pushed) into the job folder
 with every checkpoint. Neither has a setting of its own, hence this small subclass.
+
+``SamplingJobTrainer`` adds DAPO's dynamic sampling (training/dynamic_sampling.py) and is built only
+when ``grpo.dynamic_sampling`` is on (``trainer_class``): it is the one trainer that overrides private
+methods of TRL's, all of them in training/trl_private.py.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import trl.trainer.grpo_trainer as grpo_module
 from trl import GRPOConfig, GRPOTrainer
 
 from grpo_exp import dataset, models
@@ -42,12 +46,13 @@ from grpo_exp.training.callbacks import (
 )
 from grpo_exp.training.dynamic_sampling import DynamicSampling
 from grpo_exp.training.stops import StopRequest
+from grpo_exp.training.trl_private import TrlGeneration, completions_table_off, load_checkpoint_weights
 
 if TYPE_CHECKING:
     from grpo_exp.training.schedule import Stage
 
 
-class JobTrainer(DynamicSampling, GRPOTrainer):
+class JobTrainer(GRPOTrainer):
     """``print_completions``: also print TRL's completions table to the console (W&B gets it either way);
     ``layout``: the job's, whose adapter dtype holds once TRL has wrapped the model."""
 
@@ -64,17 +69,13 @@ class JobTrainer(DynamicSampling, GRPOTrainer):
         """The checkpoint's weights (a full model's or a LoRA adapter's), as ``train(resume_from_checkpoint=...)``
         loads them, for a stage with no step left to train: transformers' epoch loop would train one more
         before it checks ``max_steps``. Its own loader, so every format it resumes from loads alike."""
-        self._load_from_checkpoint(checkpoint)
+        load_checkpoint_weights(self, checkpoint)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.print_completions or not self.log_completions:
+        if self.print_completions or not self.args.log_completions:
             return super().log(logs, start_time)
-        printer = grpo_module.print_prompt_completions_sample
-        grpo_module.print_prompt_completions_sample = _no_print
-        try:
+        with completions_table_off():
             return super().log(logs, start_time)
-        finally:
-            grpo_module.print_prompt_completions_sample = printer
 
     def create_model_card(self, *args: Any, **kwargs: Any) -> None:
         """A card only for a model that goes to the hub; a local job folder has config.yaml instead."""
@@ -82,8 +83,13 @@ class JobTrainer(DynamicSampling, GRPOTrainer):
             super().create_model_card(*args, **kwargs)
 
 
-def _no_print(*args: Any, **kwargs: Any) -> None:
-    return None
+class SamplingJobTrainer(DynamicSampling, TrlGeneration, JobTrainer):
+    """JobTrainer with DAPO's dynamic sampling (``grpo.dynamic_sampling``)."""
+
+
+def trainer_class(settings: ExperimentConfig) -> type[JobTrainer]:
+    """GRPOTrainer's own generation and scoring, unless ``grpo.dynamic_sampling`` asks for DAPO's."""
+    return SamplingJobTrainer if settings.grpo.dynamic_sampling else JobTrainer
 
 
 def build_trainer(
@@ -120,7 +126,7 @@ def build_trainer(
     _ = args.device  # the distributed state (and DeepSpeed's config) exist before the weights load
     model = models.load_model(settings.model, path, spec.layout)
     with library_bars_off():  # the reference model would repeat the policy's "Loading weights" bar
-        trainer = JobTrainer(
+        trainer = trainer_class(settings)(
             model=model,
             processing_class=tokenizer,
             reward_funcs=list(spec.rewards),
@@ -140,7 +146,7 @@ def build_trainer(
             layout=spec.layout,
             print_completions=settings.grpo.print_completions,
         )
-    if settings.grpo.dynamic_sampling:
+    if isinstance(trainer, SamplingJobTrainer):
         trainer.enable_dynamic_sampling(
             settings.grpo.max_sampling_rounds,
             [r.ceiling for r in spec.rewards],
