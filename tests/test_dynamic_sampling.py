@@ -1,6 +1,10 @@
 """grpo.dynamic_sampling on the tiny model: the groups trained on never all score alike (solved ones
 neither, unless grpo.dynamic_sampling_keep_solved), on one process or several (fake ranks here; two
-real ones in tests/test_multiprocess.py)."""
+real ones in tests/test_multiprocess.py).
+
+The unit tests give DynamicSampling fake generations through the interface training/trl_private.py's
+TrlGeneration gives it over the real TRL; tests/test_trl_contract.py checks that interface, and the
+numbers dynamic sampling logs, against the installed TRL."""
 
 from __future__ import annotations
 
@@ -30,8 +34,9 @@ GENERATED_KEY = "completions/mean_length"
 
 
 class FakeTrl:
-    """GRPOTrainer's side of what DynamicSampling calls: each generation scores its rows with the next
-    of ``rounds`` (completions by parts; NaN: unscored) and appends one value per key, as TRL does."""
+    """What DynamicSampling calls (trl_private.TrlGeneration's methods, GRPOTrainer's public attributes):
+    each generation scores its rows with the next of ``rounds`` (completions by parts; NaN: unscored)
+    and appends one value per key, as TRL does."""
 
     def __init__(self, rounds: list[list[list[float]]], group: int = 2, step: int = 0) -> None:
         self.queue = [torch.tensor(r, dtype=torch.float32) for r in rounds]
@@ -39,27 +44,27 @@ class FakeTrl:
         self.reward_weights = torch.tensor([1.0])
         self.reward_func_names = ["p"]
         self.multi_objective_aggregation, self.scale_rewards = "sum_then_normalize", "group"
-        self._metrics: dict[str, defaultdict[str, list[float]]] = {"train": defaultdict(list)}
+        self.metrics: defaultdict[str, list[float]] = defaultdict(list)
         self.model = SimpleNamespace(training=True)
         self.accelerator = SimpleNamespace(num_processes=1, process_index=0)
-        self._tokenizer = SimpleNamespace(pad_token_id=0)
+        self.processing_class = SimpleNamespace(pad_token_id=0)
         self.args = SimpleNamespace(seed=0)
         self.state = SimpleNamespace(global_step=step)
         self.train_dataset = [{"prompt": f"p{i}"} for i in range(1000)]
         self.drawn: list[list[str]] = []  # each generation's prompts
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        return self.queue.pop(0)
+    def step_metrics(self) -> dict[str, list[float]]:
+        return self.metrics
 
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    def generate_and_score(self, inputs: list[dict[str, Any]]) -> tuple[dict[str, Any], torch.Tensor]:
         self.drawn.append([row["prompt"] for row in inputs])
-        scores = self._calculate_rewards(inputs, None, None, None)
+        scores = self.queue.pop(0)
         for key in (*REWARD_KEYS, GENERATED_KEY):
-            self._metrics["train"][key].append(len(self.drawn) * 100.0)  # this round's, whatever it is
+            self.metrics[key].append(len(self.drawn) * 100.0)  # this round's, whatever it is
         rows = len(inputs)
         first = sum(len(d) for d in self.drawn[:-1])  # each row's id: its place among all generated
         ids = torch.arange(first, first + rows).unsqueeze(1)
-        return {
+        output = {
             "prompt_ids": ids,
             "prompt_mask": torch.ones(rows, 1, dtype=torch.long),
             "completion_ids": ids,
@@ -67,6 +72,7 @@ class FakeTrl:
             "advantages": scores[:, 0],
             "num_items_in_batch": torch.tensor(rows),
         }
+        return output, scores
 
 
 class Sampler(DynamicSampling, FakeTrl):
@@ -92,9 +98,9 @@ def inputs(groups: int, group: int = 2) -> list[dict[str, str]]:
 def test_the_steps_reward_numbers_describe_the_groups_trained_on():
     """Issue 39: they were the means of each round's numbers, dropped groups in; other keys stay per round."""
     trainer = sampler([[[1.0], [0.0], [0.9], [0.9]], [[0.2], [0.8]]])  # round 1 drops (0.9, 0.9); round 2 refills
-    metrics = trainer._metrics["train"]
+    metrics = trainer.step_metrics()
     metrics["reward"].append(-1.0)  # an earlier generation batch of the same step
-    trainer._generate_and_score_completions(inputs(2))
+    trainer.generation_batch(inputs(2))
     trained = [1.0, 0.0, 0.2, 0.8]
     assert metrics["reward"] == [-1.0, pytest.approx(statistics.mean(trained))]
     assert metrics["reward_std"] == metrics["rewards/p/std"] == [pytest.approx(statistics.stdev(trained))]
@@ -111,9 +117,9 @@ def test_a_group_nothing_scored_is_not_solved_and_one_scored_completion_is_no_sp
     unscored, one_scored, mixed = [[NAN], [NAN]], [[0.5], [NAN]], [[1.0], [0.0]]
     trainer = sampler([unscored + one_scored + mixed, [[0.0], [1.0], [0.3], [0.6]]])
     assert not trainer._solved(torch.tensor(unscored)) and trainer._solved(torch.tensor([[1.0], [NAN]]))
-    batch = trainer._generate_and_score_completions(inputs(3))
+    batch = trainer.generation_batch(inputs(3))
     assert batch["prompt_ids"].flatten().tolist() == [4, 5, 6, 7, 8, 9]  # the mixed group, then round 2's two
-    assert trainer._metrics["train"][DROPPED] == [2 / 5]
+    assert trainer.step_metrics()[DROPPED] == [2 / 5]
 
 
 @pytest.mark.parametrize(
@@ -123,8 +129,8 @@ def test_a_group_nothing_scored_is_not_solved_and_one_scored_completion_is_no_sp
 def test_frac_reward_zero_std_is_per_group_or_over_the_batch_as_trl_judges_it(aggregation, scale, zero_std_share):
     trainer = sampler([[[1.0], [1.0], [0.0], [1.0]]], keep_solved=True)  # a solved group (kept) and a mixed one
     trainer.multi_objective_aggregation, trainer.scale_rewards = aggregation, scale
-    trainer._generate_and_score_completions(inputs(2))
-    assert trainer._metrics["train"]["frac_reward_zero_std"] == [zero_std_share]
+    trainer.generation_batch(inputs(2))
+    assert trainer.step_metrics()["frac_reward_zero_std"] == [zero_std_share]
 
 
 def test_each_generation_batch_of_a_step_refills_from_prompts_of_its_own():
@@ -132,12 +138,12 @@ def test_each_generation_batch_of_a_step_refills_from_prompts_of_its_own():
     over steps_per_generation) drew the same prompts; a resumed step draws what it drew before."""
     alike_then_mixed = [[[0.5], [0.5]], [[0.0], [1.0]]]
     trainer = sampler(alike_then_mixed * 2, step=3)
-    trainer._generate_and_score_completions(inputs(1))
-    trainer._generate_and_score_completions(inputs(1))
+    trainer.generation_batch(inputs(1))
+    trainer.generation_batch(inputs(1))
     first, second = trainer.drawn[1], trainer.drawn[3]
     assert first != second
     resumed = sampler(alike_then_mixed, step=3)
-    resumed._generate_and_score_completions(inputs(1))
+    resumed.generation_batch(inputs(1))
     assert resumed.drawn[1] == first
 
 
@@ -147,8 +153,8 @@ SOLVED_THEN_MIXED = [[[1.0], [1.0], [0.0], [1.0]], [[0.3], [0.6]]]  # round 1: a
 def test_solved_groups_are_dropped_and_refilled_as_dapo_does():
     """Issue 38: a solved group (all at the ceiling) was trained on, with no advantage anywhere."""
     trainer = sampler(SOLVED_THEN_MIXED)
-    batch = trainer._generate_and_score_completions(inputs(2))
-    metrics = trainer._metrics["train"]
+    batch = trainer.generation_batch(inputs(2))
+    metrics = trainer.step_metrics()
     assert batch["prompt_ids"].flatten().tolist() == [2, 3, 4, 5]  # round 1's mixed group, round 2's
     assert metrics[DROPPED] == [1 / 3] and metrics[ROUNDS] == [1.0] and metrics[TRAINED_ZERO] == [0.0]
     assert metrics["frac_reward_zero_std"] == [0.0] and metrics["frac_solved_groups"] == [0.0]
@@ -156,8 +162,8 @@ def test_solved_groups_are_dropped_and_refilled_as_dapo_does():
 
 def test_keep_solved_trains_them_and_counts_them_among_the_groups_that_scored_alike():
     trainer = sampler(SOLVED_THEN_MIXED[:1], keep_solved=True)
-    batch = trainer._generate_and_score_completions(inputs(2))
-    metrics = trainer._metrics["train"]
+    batch = trainer.generation_batch(inputs(2))
+    metrics = trainer.step_metrics()
     assert batch["prompt_ids"].flatten().tolist() == [0, 1, 2, 3] and metrics[ROUNDS] == [0.0]
     assert metrics[DROPPED] == [0.0] and metrics[TRAINED_ZERO] == [0.5] == metrics["frac_reward_zero_std"]
 
@@ -166,15 +172,15 @@ def test_groups_that_fill_the_batch_when_the_rounds_run_out_are_counted_and_logg
     alike = [[0.5], [0.5], [1.0], [1.0]]  # one unsolved, one solved: both alike
     trainer = sampler([alike, [[0.2], [0.2], [0.0], [0.0]]], max_rounds=1, step=6)
     with caplog.at_level(logging.WARNING, logger="grpo_exp.training.dynamic_sampling"):
-        trainer._generate_and_score_completions(inputs(2))
-    metrics = trainer._metrics["train"]
+        trainer.generation_batch(inputs(2))
+    metrics = trainer.step_metrics()
     assert metrics[ROUNDS] == [1.0] and metrics[DROPPED] == [1.0] and metrics[TRAINED_ZERO] == [1.0]
     (record,) = caplog.records
     assert "step 7's batch filled 2 of its 2 groups" in record.getMessage() and "1 extra round" in record.getMessage()
     trainer = sampler(SOLVED_THEN_MIXED)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="grpo_exp.training.dynamic_sampling"):
-        trainer._generate_and_score_completions(inputs(2))
+        trainer.generation_batch(inputs(2))
     assert not caplog.records, "the rounds did not run out"
 
 
@@ -212,16 +218,16 @@ class RankTrl(FakeTrl):
         self.world, self.rank = world, rank
         self.accelerator = SimpleNamespace(num_processes=len(world.slots), process_index=rank)
 
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    def generate_and_score(self, inputs: list[dict[str, Any]]) -> tuple[dict[str, Any], torch.Tensor]:
         self.drawn.append([row["prompt"] for row in inputs])
-        scores = self._calculate_rewards(inputs, None, None, None)
+        scores = self.queue.pop(0)
         for key in (*REWARD_KEYS, GENERATED_KEY):
-            self._metrics["train"][key].append(len(self.drawn) * 100.0)
+            self.metrics[key].append(len(self.drawn) * 100.0)
         rows, processes = len(inputs), self.accelerator.num_processes
         first = sum(len(d) for d in self.drawn[:-1]) * processes + self.rank * rows
         ids = torch.arange(first, first + rows).unsqueeze(1).repeat(1, 1 + self.rank)
         mask = torch.ones_like(ids)
-        return {
+        output = {
             "prompt_ids": ids[:, :1],
             "prompt_mask": mask[:, :1],
             "completion_ids": ids,
@@ -229,6 +235,7 @@ class RankTrl(FakeTrl):
             "advantages": scores[self.rank * rows : (self.rank + 1) * rows, 0],
             "num_items_in_batch": mask.sum(),
         }
+        return output, scores
 
 
 class Rank(DynamicSampling, RankTrl):
@@ -248,7 +255,7 @@ def test_two_ranks_pick_the_same_groups_of_the_whole_batch_and_each_keeps_an_equ
     batches: list[Any] = [None, None]
 
     def train(rank: Rank) -> None:
-        batches[rank.rank] = rank._generate_and_score_completions(inputs(3, group=4)[rank.rank * 6 : rank.rank * 6 + 6])
+        batches[rank.rank] = rank.generation_batch(inputs(3, group=4)[rank.rank * 6 : rank.rank * 6 + 6])
 
     threads = [threading.Thread(target=train, args=(rank,)) for rank in ranks]
     for thread in threads:
@@ -265,7 +272,7 @@ def test_two_ranks_pick_the_same_groups_of_the_whole_batch_and_each_keeps_an_equ
     round_two = [rank.drawn[1] for rank in ranks]
     assert len(round_two[0]) == len(round_two[1]) == 4 and round_two[0][0] != round_two[1][0]
     assert round_two[0][:4] == [round_two[0][0]] * 4 and round_two[1] == [round_two[1][0]] * 4  # a group each
-    metrics = [rank._metrics["train"] for rank in ranks]
+    metrics = [rank.step_metrics() for rank in ranks]
     assert metrics[0] == metrics[1] and metrics[0][TRAINED_ZERO] == [0.0] and metrics[0][DROPPED] == [2 / 5]
 
 

@@ -6,6 +6,8 @@ import ast
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "grpo_exp"
 MAX_LINES = 400
 
@@ -226,3 +228,107 @@ def test_cfg_is_always_the_composed_hydra_config():
         and ast.unparse(node.annotation).strip("'\"") != "DictConfig"
     ]
     assert not wrong, wrong
+
+
+# The modules whose private names (``_x`` methods and ``self._x`` attributes) grpo_exp may touch only in
+# the fence, training/trl_private.py: TRL's trainers and transformers' Trainer, read as source (no import).
+FENCE = PACKAGE / "training" / "trl_private.py"
+FENCED_LIBRARIES = ("trl", "transformers")
+FENCED_MODULES = ("trl.trainer.grpo_trainer", "trl.trainer.base_trainer", "transformers.trainer")
+
+
+def private_names(module: str) -> set[str]:
+    """The ``_x`` methods and ``self._x`` attributes a library module defines or uses."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin, module
+    found = set()
+    for node in ast.walk(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))):
+        name = node.name if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None
+        if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "self":
+            name = node.attr
+        if name and name.startswith("_") and not name.startswith("__"):
+            found.add(name)
+    return found
+
+
+def own_names(tree: ast.AST) -> set[str]:
+    """Private names a module defines itself: its functions and methods, and attributes it assigns."""
+    found = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        for target in targets:
+            if isinstance(target, ast.Attribute):
+                found.add(target.attr)
+            elif isinstance(target, ast.Name):
+                found.add(target.id)
+    return found
+
+
+def private_uses(source: str, private: set[str]) -> list[str]:
+    """Where ``source`` overrides a private method of the fenced libraries (a method of that name), names a
+    private attribute of theirs (``x._name`` or ``getattr(x, "_name")`` for a name it does not define
+    itself) or imports a private name or module of theirs."""
+    tree = ast.parse(source)
+    theirs = private - own_names(tree)
+    found = [  # a method of a class named as one of theirs overrides it, once mixed into a trainer
+        f"{method.lineno}: def {method.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        for method in node.body
+        if isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef) and method.name in private
+    ]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in theirs:
+            found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "setattr", "hasattr"):
+            names = [a.value for a in node.args[1:2] if isinstance(a, ast.Constant)]
+            found += [f"{node.lineno}: {node.func.id}(..., {n!r})" for n in names if n in theirs]
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            for module in modules:
+                parts = module.split(".")
+                if parts[0] not in FENCED_LIBRARIES:
+                    continue
+                imported = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else []
+                if any(p.startswith("_") for p in parts[1:]) or any(n.startswith("_") for n in imported):
+                    found.append(f"{node.lineno}: import of {module}")
+                elif module == "trl.trainer.grpo_trainer":  # its module globals are patched in the fence only
+                    found.append(f"{node.lineno}: import of {module}")
+    return found
+
+
+def test_private_names_of_trl_and_transformers_are_used_in_the_fence_only():
+    """Issue 53: every private TRL/transformers name grpo_exp needs lives in training/trl_private.py."""
+    private = set().union(*(private_names(m) for m in FENCED_MODULES))
+    assert {"_generate_and_score_completions", "_calculate_rewards", "_metrics", "_load_from_checkpoint"} <= private
+    found = {
+        module_name(path): uses
+        for path in PACKAGE.rglob("*.py")
+        if path != FENCE and (uses := private_uses(path.read_text(encoding="utf-8"), private))
+    }
+    assert not found, f"private TRL/transformers names outside {FENCE.name}: {found}"
+    assert private_uses(FENCE.read_text(encoding="utf-8"), private), "the fence names none: is it still needed?"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "trainer._metrics['train'].clear()",
+        "GRPOTrainer._get_tool_suffix_ids(trainer, replies)",
+        "self._load_from_checkpoint(path)",
+        "value = getattr(trainer, '_metrics')",
+        "from transformers.trainer import _is_peft_model",
+        "import trl.trainer.grpo_trainer as grpo_module",
+        "class Mine:\n    def _generate_and_score_completions(self, inputs):\n        return inputs",
+    ],
+)
+def test_a_private_name_outside_the_fence_is_caught(source):
+    private = {"_metrics", "_get_tool_suffix_ids", "_load_from_checkpoint", "_calculate_rewards"}
+    private |= {"_generate_and_score_completions"}
+    assert private_uses(source, private)
+
+
+def test_a_private_name_of_the_modules_own_is_not_theirs():
+    assert not private_uses("class S:\n    def _sample(self):\n        self._step = 1", {"_step", "_generate"})

@@ -60,7 +60,7 @@ class Sampler:
         sampled: list[Sampled] = []
         for start in range(0, len(rows), self.batch):
             chunk = rows[start : start + self.batch]
-            completions, ids = self._generate([r["prompt"] for r in chunk], samples)
+            completions, ids = self._complete([r["prompt"] for r in chunk], samples)
             totals, parts = self._score(chunk, samples, completions, ids, step)
             limit, eos = self.grpo.max_completion_length, self.tokenizer.eos_token_id
             cut = [len(t) >= limit and (eos is None or t[-1] != eos) for t in ids]
@@ -77,7 +77,7 @@ class Sampler:
                 )
         return sampled
 
-    def _generate(self, prompts: list[Any], samples: int) -> tuple[list[Any], list[list[int]]]:
+    def _complete(self, prompts: list[Any], samples: int) -> tuple[list[Any], list[list[int]]]:
         tok, grpo = self.tokenizer, self.grpo
         encoded = [_prompt_ids(tok, p, self.tools) for p in prompts]
         ids = self._continue(encoded, grpo.max_completion_length, samples)
