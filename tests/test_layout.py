@@ -235,6 +235,7 @@ def test_cfg_is_always_the_composed_hydra_config():
 FENCE = PACKAGE / "training" / "trl_private.py"
 FENCED_LIBRARIES = ("trl", "transformers")
 FENCED_MODULES = ("trl.trainer.grpo_trainer", "trl.trainer.base_trainer", "transformers.trainer")
+PATCHED_MODULE = "trl.trainer.grpo_trainer"  # the fence swaps one of its module globals (the completions table)
 
 
 def private_names(module: str) -> set[str]:
@@ -292,9 +293,8 @@ def private_uses(source: str, private: set[str]) -> list[str]:
                 if parts[0] not in FENCED_LIBRARIES:
                     continue
                 imported = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else []
-                if any(p.startswith("_") for p in parts[1:]) or any(n.startswith("_") for n in imported):
-                    found.append(f"{node.lineno}: import of {module}")
-                elif module == "trl.trainer.grpo_trainer":  # its module globals are patched in the fence only
+                private_part = any(p.startswith("_") for p in parts[1:]) or any(n.startswith("_") for n in imported)
+                if private_part or module == PATCHED_MODULE:
                     found.append(f"{node.lineno}: import of {module}")
     return found
 

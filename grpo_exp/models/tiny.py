@@ -263,7 +263,8 @@ def call_turn(call: str) -> str:
 
 def tool_suffix(reply: str) -> str:
     """What TRL appends after a turn that called a tool: the tool's reply, then the next assistant turn's
-    start (GRPOTrainer's framing under this template, agents/rollout.suffix_framer; tests/test_agent.py holds them equal)."""
+    start (GRPOTrainer's framing under this template, agents/rollout.suffix_framer; tests/test_agent.py
+    holds them equal)."""
     return f"\n{BOS}user\n<tool_response>\n{reply}\n</tool_response>{EOS}\n{BOS}assistant\n"
 
 
