@@ -8,6 +8,8 @@
 #   make test-e2e                 # the long end-to-end runs (-m e2e; CI runs them after make test)
 #   make test-slow                # the longest runs, which CI leaves out (-m slow)
 #   make test-low                 # training tests at the low end of the supported range (constraints/low.txt)
+#   make test-latest              # the TRL contract test on the newest releases pyproject allows (no lock)
+#   make lock                     # constraints/lock.txt anew: the exact set `make setup` installs
 #   make wheelhouse               # every wheel the set-up needs, in wheelhouse/, for a node without an index
 #   make docs                     # the docs/ site (mkdocs-material), built into site/
 #   make docs-images              # the docs' pictures (docs/images/*.png) from a real tiny sweep, in Chromium
@@ -17,12 +19,16 @@
 # TORCH installed is uninstalled first, since pip keeps any installed build that satisfies the
 # request). TORCH=none keeps the machine's own torch: the venv then sees the system's packages.
 # WHEELHOUSE=<folder> installs from that folder with no package index (see `make wheelhouse`).
+# CONSTRAINTS picks the versions: by default constraints/lock.txt, the exact set CI tests (`make lock`
+# writes it; torch is left to TORCH); CONSTRAINTS=constraints/low.txt the low end of the range (the
+# stack the vllm extra resolves); CONSTRAINTS=none the newest releases pyproject allows.
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEFAULT_TORCH := torch==2.13.0
 DEFAULT_EXTRAS := dev,sweeps,optuna,dashboard,ray,trackio,browser,docs
+DEFAULT_CONSTRAINTS := constraints/lock.txt
 # The last set-up's TORCH, EXTRAS, WHEELHOUSE and CONSTRAINTS (SETUP_*); given anew, they set up again.
 # (No rule makes the record itself: make would remake an included file even under `make -n`.)
 SETUP_RECORD := $(VENV)/setup.mk
@@ -31,7 +37,8 @@ STAMP := $(VENV)/.installed
 TORCH ?= $(or $(SETUP_TORCH),$(DEFAULT_TORCH))
 EXTRAS ?= $(or $(SETUP_EXTRAS),$(DEFAULT_EXTRAS))
 WHEELHOUSE ?= $(SETUP_WHEELHOUSE)
-CONSTRAINTS ?= $(SETUP_CONSTRAINTS)
+CONSTRAINTS ?= $(or $(SETUP_CONSTRAINTS),$(DEFAULT_CONSTRAINTS))
+CONSTRAINT_FILE := $(filter-out none,$(CONSTRAINTS))
 ARGS ?=
 PYTEST_ARGS ?=
 # One pytest worker per core (pytest-xdist); a file's tests stay on one worker, so its module
@@ -46,7 +53,8 @@ TORCH_REQUIREMENT := $(if $(filter none,$(TORCH)),,"$(TORCH)")
 CHOICES := $(TORCH)|$(EXTRAS)|$(WHEELHOUSE)|$(CONSTRAINTS)
 RECORDED := $(SETUP_TORCH)|$(SETUP_EXTRAS)|$(SETUP_WHEELHOUSE)|$(SETUP_CONSTRAINTS)
 
-.PHONY: setup run test test-e2e test-slow test-low lint docs docs-images sandbox-tools browser-tools wheelhouse FORCE
+.PHONY: setup run test test-e2e test-slow test-low test-latest lock lint docs docs-images sandbox-tools browser-tools \
+	wheelhouse FORCE
 
 setup: $(STAMP) sandbox-tools browser-tools
 
@@ -55,7 +63,8 @@ $(STAMP): pyproject.toml $(if $(filter-out $(RECORDED),$(CHOICES)),FORCE)
 	$(PYTHON) -m venv $(if $(filter none,$(TORCH)),--system-site-packages) $(VENV)
 	$(if $(WHEELHOUSE),,$(BIN)/python -m pip install --quiet --upgrade pip)
 	$(if $(filter-out $(or $(SETUP_TORCH),$(DEFAULT_TORCH)),$(TORCH)),$(BIN)/python -m pip uninstall --quiet --yes torch)
-	$(BIN)/python -m pip install --quiet $(SOURCE) $(TORCH_REQUIREMENT) -e ".[$(EXTRAS)]" $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	$(BIN)/python -m pip install --quiet $(SOURCE) $(TORCH_REQUIREMENT) -e ".[$(EXTRAS)]" \
+		$(if $(CONSTRAINT_FILE),-c $(CONSTRAINT_FILE))
 	rm -f $(VENV)/.installed-*
 	printf 'SETUP_TORCH := %s\nSETUP_EXTRAS := %s\nSETUP_WHEELHOUSE := %s\nSETUP_CONSTRAINTS := %s\n' \
 		'$(TORCH)' '$(EXTRAS)' '$(WHEELHOUSE)' '$(CONSTRAINTS)' > $(SETUP_RECORD)
@@ -119,6 +128,31 @@ test-low:
 	$(MAKE) test VENV=$(LOW_VENV) TORCH=$(DEFAULT_TORCH) EXTRAS=dev CONSTRAINTS=constraints/low.txt \
 		WHEELHOUSE= PYTEST_ARGS='-m "" $(LOW_TESTS)'
 
+# What the newest releases pyproject allows do to the contract with TRL and transformers: a fresh venv
+# (.venv-latest, made anew each time) with no lock (torch stays TORCH's), on the contract test, the
+# private-name fence and the range check. To move to a newer TRL: raise pyproject's pin, run this, then
+# `make lock` and `make test` (docs/stack.md).
+LATEST_VENV ?= .venv-latest
+LATEST_TESTS ?= tests/test_trl_contract.py tests/test_supported_range.py \
+	tests/test_layout.py::test_private_names_of_trl_and_transformers_are_used_in_the_fence_only
+
+test-latest:
+	rm -rf $(LATEST_VENV)
+	$(MAKE) test VENV=$(LATEST_VENV) TORCH=$(DEFAULT_TORCH) EXTRAS=dev CONSTRAINTS=none WHEELHOUSE= \
+		PYTEST_ARGS='-m "" $(LATEST_TESTS)'
+
+# The lock: what pip installs for pyproject's requirements with the default extras into an empty venv
+# (resolved with --ignore-installed, nothing installed), every package pinned but the torch stack, which
+# TORCH picks. `make setup` installs it; CI tests it. Regenerate it after changing a requirement.
+LOCK ?= constraints/lock.txt
+lock:
+	$(RESOLVE) --report $(LOCK).json "$(DEFAULT_TORCH)" ".[$(DEFAULT_EXTRAS)]"
+	{ echo '# The exact set `make setup` installs by default and CI tests, written by `make lock`: the packages'; \
+		echo '# pip resolves for pyproject.toml with the extras $(DEFAULT_EXTRAS), torch left to TORCH.'; \
+		$(PYTHON) tools/wheelhouse.py list $(LOCK).json --leave-out '$(TORCH_STACK)' | sort -f; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK) && rm -f $(LOCK).json
+	@echo "$$(grep -c '==' $(LOCK)) packages pinned in $(LOCK)"
+
 # ---- offline set-up: `make wheelhouse` on a connected machine, then on the node (no index):
 #   make setup WHEELHOUSE=<folder> [TORCH=none] [EXTRAS=...]
 # PY and PLATFORM fetch the wheels for another node's Python (PY=3.12 PLATFORM=manylinux_2_28_x86_64);
@@ -133,7 +167,7 @@ TORCH_STACK := (torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*)
 TARGET = $(strip $(if $(PY),--python-version $(PY) --implementation cp) \
 	$(if $(PLATFORM),$(shell $(PYTHON) tools/wheelhouse.py platforms $(PLATFORM))))
 BUILD_REQUIREMENTS = $(shell $(PYTHON) -c 'import tomllib; print(*map(repr, tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')
-REQUIREMENTS = $(TORCH_REQUIREMENT) ".[$(EXTRAS)]" $(BUILD_REQUIREMENTS) $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+REQUIREMENTS = $(TORCH_REQUIREMENT) ".[$(EXTRAS)]" $(BUILD_REQUIREMENTS) $(if $(CONSTRAINT_FILE),-c $(CONSTRAINT_FILE))
 RESOLVE = $(PYTHON) -m pip install --quiet --dry-run --ignore-installed
 
 wheelhouse:

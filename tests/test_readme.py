@@ -63,6 +63,7 @@ SKIPPED = {
     "make lint": "ruff, which CI runs as its own step (`make` first installs the environment)",
     "make setup TORCH=torch": "installs CUDA torch and vLLM: needs a GPU machine and the network",
     "make test-low": "a second venv at the low end of the range (minutes; CI runs it: .ci/run)",
+    "make lock": "resolves the whole stack from the package index (the network); test_supported_range checks the lock",
     "make wheelhouse": "downloads every wheel (the network, minutes): tests/test_offline_setup.py builds one",
     "make setup WHEELHOUSE=": "a GPU node's offline set-up: tests/test_offline_setup.py installs from a wheelhouse",
     "python run.py model=qwen2_5_0_5b_instruct": "downloads a model from the hub (and wants a GPU)",

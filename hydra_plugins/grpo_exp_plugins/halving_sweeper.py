@@ -1,5 +1,7 @@
 """``hydra/sweeper=halving``: Hydra's basic sweeper, with successive halving when
-``sweep.halving.enabled=true`` (grpo_exp.sweep.halving). conf/config.yaml makes it the default.
+``sweep.halving.enabled=true`` (grpo_exp.sweep.halving). Hydra's default sweeper stays the basic one:
+the command's preflight adds ``hydra/sweeper=halving`` to a sweep with halving on
+(grpo_exp.job.command._sweep_overrides), and a sweep may also select it itself.
 
 No ``from __future__ import annotations``: Hydra executes this module before it is in ``sys.modules``,
 where a dataclass with string annotations can't resolve them.
