@@ -113,11 +113,12 @@ docs-images: setup
 
 # The same test command in a second venv at the low end of pyproject's range (the stack the vllm
 # extra resolves, with CPU torch), on tests that train and build TRL's config: the default run's
-# tests (one training run between them), a trainer built from every grpo option, the field checks.
+# tests (one training run between them), a trainer built from every grpo option, the field checks,
+# the contract with TRL's private names (tests/test_trl_contract.py).
 # -m "" selects them whatever their tier (the default -m in pyproject's addopts would drop e2e ones).
 LOW_VENV ?= .venv-low
 E2E := tests/test_train_e2e.py
-LOW_TESTS ?= tests/test_supported_range.py tests/test_trl_fields.py tests/test_vllm_on_cpu.py \
+LOW_TESTS ?= tests/test_supported_range.py tests/test_trl_fields.py tests/test_vllm_on_cpu.py tests/test_trl_contract.py \
 	$(E2E)::test_reward_rises $(E2E)::test_metrics_hold_reward_std_and_kl_every_step \
 	$(E2E)::test_job_folder_holds_model_config_and_summary $(E2E)::test_offline_wandb_run_is_in_the_job_folder \
 	$(E2E)::test_console_stays_quiet_with_completions_logged_and_checkpoints_on \
