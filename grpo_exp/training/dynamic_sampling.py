@@ -204,8 +204,8 @@ class DynamicSampling:
                 values.append(value)
 
     def _reward_metrics(self, scores: torch.Tensor) -> dict[str, float | None]:
-        """The reward's numbers for ``scores`` (completions by parts, NaN: unscored), as TRL's
-        _generate_and_score_completions and rewards/ log them for a batch; None: nothing to log."""
+        """The reward's numbers for ``scores`` (completions by parts, NaN: unscored), as TRL's generation
+        step and rewards/ log them for a batch; None: nothing to log."""
         group = self.num_generations
         totals = self._totals(scores)
         groups = [i // group for i in range(scores.shape[0])]  # group_std's runs of equal prompts
