@@ -23,15 +23,13 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
 
 FIXED = (4, 6, 8)
 # Shared by every arm: whole groups of 4, 6, 8 and 12 fit 24 completions.
@@ -66,22 +64,14 @@ def arms(args: argparse.Namespace) -> dict[str, list[str]]:
 
 def run_one(name: str, overrides: list[str], seed: int, workdir: Path, threads: int, samples: int) -> dict:
     out = workdir / f"{name.replace(' ', '')}-{seed}"
-    done = out / "summary.json"
-    if done.is_file() and json.loads(done.read_text()).get("status") == "completed":  # kept from an earlier call
-        return {"arm": name, "seed": seed, "folder": str(out), "wall_s": json.loads(done.read_text())["wall_time_s"]}
-    job = [f"seed={seed}", f"threads={threads}", f"hydra.run.dir={out}"]
-    command = [sys.executable, "run.py", *COMMON, *overrides, *job]
-    started = time.perf_counter()
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    if result.returncode:
-        sys.exit(f"{name} (seed {seed}) failed:\n{result.stderr[-2000:]}")
-    wall = time.perf_counter() - started
+    done = harness.Job(out).summary()
+    if done.get("status") == "completed":  # kept from an earlier call
+        return {"arm": name, "seed": seed, "folder": str(out), "wall_s": done["wall_time_s"]}
+    job = harness.run_job(*COMMON, *overrides, f"seed={seed}", f"threads={threads}", job=out, check=True)
     # Scored at once, in its own process (one thread like the run), while other runs still train.
-    score = [sys.executable, __file__, "--score", str(out), "--seeds", str(seed), "--eval-samples", str(samples)]
-    subprocess.run(
-        score, cwd=ROOT, capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)}
-    )
-    return {"arm": name, "seed": seed, "folder": str(out), "wall_s": wall}
+    score = [__file__, "--score", out, "--seeds", str(seed), "--eval-samples", str(samples)]
+    harness.python(*score, env={**os.environ, "OMP_NUM_THREADS": str(threads)}, check=True)
+    return {"arm": name, "seed": seed, "folder": str(out), "wall_s": job.finished.wall_s}
 
 
 def score_held_out(folder: Path, model_path: str | None, seed: int, samples: int) -> tuple[float, int]:
@@ -119,16 +109,14 @@ def held_out_reward(run: dict, samples: int) -> None:
 
     The score is kept in the job folder (``held_out.json``), so a second call reuses it."""
     from grpo_exp.job.resume import recorded_settings
-    from grpo_exp.tracking.metrics import read_metrics
 
     folder = Path(run["folder"])
     cache = folder / f"held_out_{samples}.json"
     if not cache.is_file():
         cache.write_text(json.dumps(score_held_out(folder, None, run["seed"], samples)))
     reward, prompts = json.loads(cache.read_text())
-    summary = json.loads((folder / "summary.json").read_text())
-    rows = read_metrics(folder / "metrics.jsonl")
-    logged = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    job = harness.Job(folder)
+    summary, rows, logged = job.summary(), job.steps(), job.rows()
     profiles = [row for row in logged if "adaptive/num_generations" in row]
     trained = recorded_settings(folder).grpo.completions_per_step * summary["steps"]
     profiled = profiles[-1]["adaptive/profile_completions"] if profiles else 0

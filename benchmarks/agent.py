@@ -15,26 +15,19 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
+
 PARTS = ("tool_call", "answer")
 
 
 def run(seed: int, out: Path) -> tuple[dict, list[dict], float]:
-    started = time.perf_counter()
-    command = [sys.executable, "run.py", "+recipe=support_agent", "logger=none", f"seed={seed}", f"hydra.run.dir={out}"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    if result.returncode:
-        sys.exit(f"seed {seed} failed:\n{result.stderr[-2000:]}")
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    summary = json.loads((out / "summary.json").read_text())
-    return summary, [r for r in rows if "eval/reward" in r], time.perf_counter() - started
+    job = harness.run_job("+recipe=support_agent", "logger=none", f"seed={seed}", job=out, check=True)
+    return job.summary(), job.evaluations(), job.finished.wall_s
 
 
 def main() -> None:

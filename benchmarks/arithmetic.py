@@ -16,29 +16,26 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
+
 MEAN = "mean@8"
 
 
 def run_one(seed: int, workdir: Path, extra: list[str]) -> Path:
     out = workdir / f"arithmetic-{seed}"
-    overrides = ["+recipe=arithmetic", f"seed={seed}", "logger=none", f"hydra.run.dir={out}", *extra]
-    result = subprocess.run([sys.executable, "run.py", *overrides], cwd=ROOT, capture_output=True, text=True)
-    if result.returncode:
-        sys.exit(f"seed {seed} failed:\n{result.stderr[-2000:]}")
+    harness.run_py("+recipe=arithmetic", f"seed={seed}", "logger=none", *extra, job=out, check=True)
     return out
 
 
 def figures(out: Path) -> dict:
     """One finished run's held-out task metrics, from its job folder's summary.json."""
-    summary = json.loads((out / "summary.json").read_text())
+    summary = harness.Job(out).summary()
     before, after = summary["base_eval_task"], summary["eval_task"]
     return {
         "run": out.name,

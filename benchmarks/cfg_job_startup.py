@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
+
 BARE_APP = """
 import hydra
 
@@ -37,9 +37,7 @@ BUDGET_S = 0.3
 
 
 def seconds(command: list[str], cwd: Path) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, cwd=cwd, check=True, capture_output=True)
-    return time.perf_counter() - start
+    return harness.run(command, cwd=cwd, check=True).wall_s
 
 
 def main() -> None:
@@ -47,7 +45,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     ours = [sys.executable, "run.py", "--cfg", "job"]
-    composed = subprocess.run(ours, cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    composed = harness.run(ours, check=True).stdout
     with tempfile.TemporaryDirectory() as folder:
         bare_dir = Path(folder)
         (bare_dir / "config.yaml").write_text(composed, encoding="utf-8")
@@ -56,7 +54,7 @@ def main() -> None:
         keys = sum(1 for line in composed.splitlines() if ":" in line)
         ours_s, bare_s = [], []
         for _ in range(args.repeats):
-            ours_s.append(seconds(ours, ROOT))
+            ours_s.append(seconds(ours, harness.ROOT))
             bare_s.append(seconds(bare, bare_dir))
     ours_med, bare_med = statistics.median(ours_s), statistics.median(bare_s)
     print(f"config lines with a key: {keys}; repeats: {args.repeats}; load average: {os.getloadavg()[0]:.2f}")

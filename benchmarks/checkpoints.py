@@ -18,19 +18,16 @@ Usage::
 
 from __future__ import annotations
 
-import json
+import argparse
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from grpo_exp.folder import JobFolder  # noqa: E402
-from grpo_exp.training import checkpoints  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
+from grpo_exp.folder import JobFolder
+from grpo_exp.training import checkpoints
 
 STEPS, EVERY = 12, 4
 # Qwen/Qwen2.5-0.5B-Instruct's config.json (the dimensions that decide the parameter count).
@@ -47,30 +44,14 @@ LORA_RANK = 16
 ADAM_STATES = 2  # exp_avg and exp_avg_sq, one each per trainable parameter, in the parameter's dtype
 
 
-def run_py(*args: str) -> tuple[float, subprocess.Popen[str]]:
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "run.py", *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    return start, process
-
-
 def seconds_to_step(job: Path, step: int, *args: str) -> float:
     """Seconds from starting run.py until metrics.jsonl holds ``step``; the run is left to finish."""
-    start, process = run_py(*args)
-    metrics = job / "metrics.jsonl"
-    while not (metrics.is_file() and any(json.loads(line)["step"] >= step for line in _lines(metrics))):
-        if process.poll() is not None:
-            sys.exit(f"run.py failed:\n{process.stderr.read()[-2000:]}")
-        time.sleep(0.02)
-    elapsed = time.perf_counter() - start
-    if process.wait():
-        sys.exit(f"run.py failed:\n{process.stderr.read()[-2000:]}")
-    return elapsed
 
+    def reached() -> bool:
+        return any(row.get("step", 0) >= step for row in JobFolder(job).rows())
 
-def _lines(path: Path) -> list[str]:
-    return [line for line in path.read_text().splitlines() if line.endswith("}")]
+    finished = harness.run_py(*args, until=reached, check=True)
+    return finished.reached_s if finished.reached_s is not None else sys.exit(f"run.py never logged step {step}")
 
 
 def checkpoint_figures(job: Path) -> tuple[int, list[float]]:
@@ -99,6 +80,7 @@ def qwen_parameters() -> tuple[int, int]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # no options: --help only
     print(f"CPUs: {os.cpu_count()}; load average before: {os.getloadavg()[0]:.2f}\n")
     with tempfile.TemporaryDirectory() as tmp:
         job = Path(tmp, "job")

@@ -17,27 +17,20 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
+
 REPEATS = 3
 
 
-def timed(args: list[str], env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess[str]]:
-    start = time.perf_counter()
-    result = subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, env=env, capture_output=True, text=True)
-    return time.perf_counter() - start, result
-
-
 def median_seconds(args: list[str]) -> float:
-    return statistics.median(timed(args)[0] for _ in range(REPEATS))
+    return statistics.median(harness.run_py(*args).wall_s for _ in range(REPEATS))
 
 
 def main() -> None:
@@ -51,10 +44,8 @@ def main() -> None:
           f"{median_seconds(['grpo.num_generation=4']):.2f} |")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, **({"GRPO_EXP_CACHE": f"{tmp}/cache"} if args.fresh_cache else {}))
-        seconds, result = timed([f"hydra.run.dir={tmp}/run", "logger=none"], env)
-        if result.returncode:
-            sys.exit(f"the default run failed:\n{result.stderr[-2000:]}")
-        summary = json.loads(Path(tmp, "run", "summary.json").read_text())
+        job = harness.run_job("logger=none", job=Path(tmp, "run"), env=env, check=True)
+        seconds, summary = job.finished.wall_s, job.summary()
     startup = summary["startup_s"]
     print(f"| default run: start-up until training{' (with the build)' if args.fresh_cache else ''} | {startup:.1f} |")
     print(f"| default run: training ({summary['steps']} steps) | {summary['wall_time_s'] - startup:.1f} |")

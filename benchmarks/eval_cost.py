@@ -14,17 +14,13 @@ Usage::
 
 from __future__ import annotations
 
-import json
-import subprocess
+import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
 
 VARIANTS = {
     "held-out evaluation (defaults)": [],
@@ -33,13 +29,9 @@ VARIANTS = {
 
 
 def measure(overrides: list[str], folder: Path) -> dict[str, str]:
-    command = [sys.executable, "run.py", "logger=none", "save_model=false", f"hydra.run.dir={folder}", *overrides]
-    start = time.perf_counter()
-    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-    evaluations = read_eval_metrics(folder / "metrics.jsonl")
-    runtime = [row["train_runtime"] for row in _rows(folder) if "train_runtime" in row]
+    job = harness.run_job("logger=none", "save_model=false", *overrides, job=folder, check=True)
+    wall, summary, evaluations = job.finished.wall_s, job.summary(), job.evaluations()
+    runtime = [row["train_runtime"] for row in job.rows() if "train_runtime" in row]
     return {
         "wall (s)": f"{wall:.0f}",
         "training incl. evaluations (s)": f"{runtime[-1]:.0f}" if runtime else "?",
@@ -47,12 +39,8 @@ def measure(overrides: list[str], folder: Path) -> dict[str, str]:
         "evaluations": str(len(evaluations)),
         "format reward, first → last tenth": _arrow(summary.get("first_reward"), summary.get("final_reward")),
         "held-out reward, first → final": _arrow(summary.get("first_eval_reward"), summary.get("final_eval_reward")),
-        "steps": str(len(read_metrics(folder / "metrics.jsonl"))),
+        "steps": str(len(job.steps())),
     }
-
-
-def _rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
 def _arrow(first: float | None, last: float | None) -> str:
@@ -60,9 +48,12 @@ def _arrow(first: float | None, last: float | None) -> str:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("overrides", nargs="*", help="run.py overrides for both runs, e.g. grpo.max_steps=20")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         results = {
-            name: measure([*extra, *sys.argv[1:]], Path(tmp) / str(i))
+            name: measure([*extra, *args.overrides], Path(tmp) / str(i))
             for i, (name, extra) in enumerate(VARIANTS.items())
         }
     columns = list(next(iter(results.values())))

@@ -1,11 +1,10 @@
 """The GPU story in one script, offline, under eight minutes: what users run (run.py), checked on a GPU.
 
-No hub is needed: the model is built from Qwen2.5-0.5B's config with random weights, and the
-tokenizer is a byte-level BPE of the same vocabulary size made up on the spot (random weights
-make every completion run to the full length, so each job generates the same number of tokens).
-Every case is one ``python run.py model=qwen2_5_0_5b_instruct model.name_or_path=<that folder> ...``
-job in its own process (vLLM keeps its GPU memory until the process ends), read back from its job
-folder (``metrics.jsonl``, ``summary.json``, ``run_info.json``'s layout, ``plan.json``, ``model/``):
+No hub is needed: the model is Qwen2.5-0.5B's architecture with random weights and a made-up tokenizer
+of its vocabulary (``random_qwen.py``). Every case is one ``python run.py model=qwen2_5_0_5b_instruct
+model.name_or_path=<that folder> ...`` job in its own process (vLLM keeps its GPU memory until the
+process ends), read back from its job folder (``metrics.jsonl``, ``summary.json``, ``run_info.json``'s
+layout, ``plan.json``, ``model/``):
 
 - ``precision``: full fine-tuning, two steps at lr 2e-5. The share of weight elements the saved
   model changed: with float32 master weights nearly all; pure bf16 would round most updates away,
@@ -18,9 +17,10 @@ folder (``metrics.jsonl``, ``summary.json``, ``run_info.json``'s layout, ``plan.
   step logged once. Needs two GPUs.
 - memory plan, for every job: the peak memory measured against ``plan.json``'s ``peak_bytes``.
 
-The timings and memory peaks come from inside run.py's process without touching the project: a
-``sitecustomize.py`` on the job's PYTHONPATH, active only when ``GPU_CHECK_TIMINGS`` names a folder,
+The timings and memory peaks come from inside run.py's process without touching the project: the
+harness's timing shim (``benchmarks/timing_shim/sitecustomize.py``, first on the job's PYTHONPATH)
 wraps TRL's ``GRPOTrainer._generate`` and ``VLLMGeneration.sync_weights`` once TRL imports them.
+Jobs start, time out and are read back through ``benchmarks/harness.py``.
 A case that can't run here (no vLLM, one GPU, ...) is reported as skipped with its reason.
 
 It runs with whichever Python starts it (the jobs use the same interpreter): a venv from ``make setup``,
@@ -44,15 +44,11 @@ the precision measurement, not the speed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import importlib.util
 import json
-import os
 import platform
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,49 +59,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
+from benchmarks.random_qwen import build_model
+
 OUT_PARENT = Path.home() / "grpo_exp_gpu_check"  # --out's default is a new folder in here: outside the tree
 JOBS = "jobs"  # <out>/jobs/<case>/: each job's folder, kept
 VERSIONS_OF = ("transformers", "trl", "peft", "accelerate", "bitsandbytes", "vllm")  # beside python and torch
-
-# Qwen/Qwen2.5-0.5B-Instruct's config.json (the architecture; the weights here are random).
-QWEN2_5_0_5B = {
-    "architectures": ["Qwen2ForCausalLM"],
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "hidden_act": "silu",
-    "max_position_embeddings": 32768,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 1000000.0,
-    "tie_word_embeddings": True,
-    "vocab_size": 151936,
-    "use_sliding_window": False,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-}
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 151643-151645, as in Qwen's tokenizer
-# Qwen's ChatML, without its tool and system-prompt branches: the dataset's prompts are chats.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-    "'<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-# --smoke shrinks the model so two run.py jobs fit the test's time on 2 CPU cores; the layers,
-# heads and initialisation (normal, std 0.02) stay Qwen's kind, so the precision figures still mean it.
-SMOKE_REGULAR_TOKENS = 2048
-SMOKE_ARCHITECTURE = {
-    "num_hidden_layers": 2,
-    "hidden_size": 128,
-    "intermediate_size": 256,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 1024,
-    "vocab_size": SMOKE_REGULAR_TOKENS + 64,  # the special tokens, padded as Qwen pads its vocabulary
-    "bos_token_id": SMOKE_REGULAR_TOKENS,
-    "eos_token_id": SMOKE_REGULAR_TOKENS + 2,
-}
 
 
 @dataclass(frozen=True)
@@ -141,153 +101,14 @@ UNCHANGED_SHARE_MIN = 0.5  # pure bf16: most elements must stay put (the round-a
 CASE_ESTIMATE_S = {"precision": 60, "lora": 50, "qlora": 60, "vllm": 240, "two_processes": 70}
 CASE_TIMEOUT_S = {"precision": 150, "lora": 150, "qlora": 150, "vllm": 330, "two_processes": 180}
 SMOKE_TIMEOUT_S = 120
-STOP_GRACE_S = 15  # for a timed-out job to end its workers itself
 TOTAL_BUDGET_S = 470  # under 8 minutes: a case that no longer fits is skipped, not started
-TIMINGS_ENV = "GPU_CHECK_TIMINGS"
+# Timed inside each job by the harness's shim: generation, and vLLM's weight sync (which runs inside it).
+TIMED = {
+    "trl.trainer.grpo_trainer:GRPOTrainer._generate": "generate_s",
+    "trl.generation.vllm_generation:VLLMGeneration.sync_weights": "sync_weights_s",
+}
 CONSOLE_LOG = "console.log"
 GIB = 2**30
-
-# Written as sitecustomize.py into a folder on the job's PYTHONPATH: Python imports it at start-up.
-# It imports nothing heavy itself (run.py refuses a bad config before torch loads); it patches TRL's
-# classes when their modules are first imported, and writes its record after every timed call and at
-# exit, so a job that ends abruptly still leaves what it measured.
-TIMING_SHIM = '''"""gpu_check's timers inside a run.py job: active only when $GPU_CHECK_TIMINGS names a folder."""
-import atexit, importlib.abc, importlib.util, json, os, resource, sys, time
-
-FOLDER = os.environ.get("GPU_CHECK_TIMINGS")
-RECORD = {"generate_s": [], "sync_weights_s": []}
-
-
-def _cuda():
-    torch = sys.modules.get("torch")
-    return torch if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized() else None
-
-
-def _write():
-    if not any(RECORD.values()):  # a helper process that never generated: not the job
-        return
-    torch = _cuda()
-    memory = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-    if torch is not None:
-        free, total = torch.cuda.mem_get_info()
-        memory.update(
-            peak_allocated_bytes=torch.cuda.max_memory_allocated(),
-            peak_reserved_bytes=torch.cuda.max_memory_reserved(),
-            device_used_bytes=total - free,
-        )
-    path = os.path.join(FOLDER, f"timings_rank{os.environ.get('RANK', '0')}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump({**RECORD, **memory, "cuda": torch is not None}, f)
-    os.replace(path + ".tmp", path)
-
-
-def _timed(key, method):
-    def timed(*args, **kwargs):
-        torch = _cuda()
-        if torch is not None:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        try:
-            return method(*args, **kwargs)
-        finally:
-            if torch is not None:
-                torch.cuda.synchronize()
-            RECORD[key].append(time.perf_counter() - start)
-            _write()
-
-    return timed
-
-
-def _patch_trainer(module):
-    module.GRPOTrainer._generate = _timed("generate_s", module.GRPOTrainer._generate)
-
-
-def _patch_vllm(module):
-    module.VLLMGeneration.sync_weights = _timed("sync_weights_s", module.VLLMGeneration.sync_weights)
-
-
-PATCHES = {"trl.trainer.grpo_trainer": _patch_trainer, "trl.generation.vllm_generation": _patch_vllm}
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    busy = False
-
-    def find_spec(self, name, path=None, target=None):
-        if name not in PATCHES or self.busy:
-            return None
-        self.busy = True
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            self.busy = False
-        if spec is None or spec.loader is None:
-            return spec
-        load = spec.loader.exec_module
-
-        def exec_module(module):
-            load(module)
-            PATCHES[name](module)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-if FOLDER:
-    sys.meta_path.insert(0, _PatchOnImport())
-    atexit.register(_write)
-'''
-
-
-# ---------------------------------------------------------------- the offline model
-
-
-def build_model(folder: Path, smoke: bool) -> None:
-    """Random-weight Qwen2.5-0.5B (bf16, as Qwen ships it) and a tokenizer of its vocabulary, in ``folder``.
-
-    Built on the CPU: this process must hold no GPU memory while the jobs run."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    architecture = {**QWEN2_5_0_5B, **(SMOKE_ARCHITECTURE if smoke else {})}
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(**architecture)).to(torch.bfloat16)
-    model.generation_config.eos_token_id = architecture["eos_token_id"]
-    model.save_pretrained(folder)
-    tokenizer = build_tokenizer(architecture["bos_token_id"])
-    tokenizer.chat_template = CHAT_TEMPLATE
-    tokenizer.save_pretrained(folder)
-
-
-def build_tokenizer(regular: int):
-    """A byte-level BPE with ``regular`` tokens (bytes, then pairs, then triples) and Qwen's special tokens.
-
-    Made-up merges rather than a trained vocabulary: only the size matters to the speed of the
-    embedding and the output layer, and it needs no download.
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    alphabet = list(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {symbol: i for i, symbol in enumerate(sorted(alphabet))}
-    merges = []
-    for first in sorted(alphabet):
-        for second in sorted(alphabet):
-            if len(vocab) < regular:
-                merges.append((first, second))
-                vocab[first + second] = len(vocab)
-    pairs = [token for token in vocab if len(token) == 2]
-    for pair in pairs:
-        for second in sorted(alphabet):
-            if len(vocab) < regular:
-                merges.append((pair, second))
-                vocab[pair + second] = len(vocab)
-    core = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core)
-    tokenizer.add_special_tokens({"additional_special_tokens": SPECIAL_TOKENS})  # in Qwen's order, so Qwen's ids
-    tokenizer.eos_token, tokenizer.pad_token = "<|im_end|>", "<|endoftext|>"
-    return tokenizer
 
 
 # ---------------------------------------------------------------- running run.py jobs
@@ -299,9 +120,8 @@ class Context:
 
     model_dir: Path
     jobs: Path
-    shim_dir: Path
     smoke: bool
-    deadline: float  # time.monotonic() by which the whole check must end
+    budget: harness.Budget  # the whole check's
     gpus: int
 
     def workload(self, gpu_workload: Workload) -> Workload:
@@ -309,75 +129,24 @@ class Context:
 
     def timeout(self, case: str) -> float:
         """The case's own limit, within what is left of the whole check's."""
-        if self.smoke:
-            return SMOKE_TIMEOUT_S
-        return min(CASE_TIMEOUT_S[case], self.deadline - time.monotonic())
+        return SMOKE_TIMEOUT_S if self.smoke else self.budget.limit(CASE_TIMEOUT_S[case])
 
 
 @dataclass
-class Job:
-    """One finished run.py job and what its folder holds."""
+class TimedJob(harness.Job):
+    """A finished run.py job, its folder, and what the timing shim measured inside it."""
 
-    name: str
-    folder: Path
-    returncode: int
-    wall_s: float
-    log_tail: str
     timings: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and self.summary().get("status") == "completed"
 
-    def read(self, name: str) -> dict[str, Any]:
-        """A JSON file of the job folder; {} when it is missing or torn."""
-        try:
-            return json.loads((self.folder / name).read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def summary(self) -> dict[str, Any]:
-        return self.read("summary.json")
-
-    def layout(self) -> dict[str, Any]:
-        return self.read("run_info.json").get("layout", {})
-
-    def steps(self) -> list[dict[str, Any]]:
-        """metrics.jsonl's training steps (rows with a reward), torn lines skipped."""
-        rows = []
-        path = self.folder / "metrics.jsonl"
-        for line in path.read_text().splitlines() if path.exists() else []:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if "reward" in row:
-                rows.append(row)
-        return rows
-
-    def failure(self) -> str:
-        """The job's last error line (error.txt holds the traceback of a job that raised)."""
-        error = self.folder / "error.txt"
-        lines = error.read_text().strip().splitlines() if error.exists() else self.log_tail.strip().splitlines()
-        last = lines[-1] if lines else "no output"
-        return f"run.py exit {self.returncode}: {last[:300]}"
-
-
-def run_job(ctx: Context, name: str, overrides: list[str], timeout_s: float, processes: int = 1) -> Job:
+def run_job(ctx: Context, name: str, overrides: list[str], timeout_s: float, processes: int = 1) -> TimedJob:
     """``python run.py`` (or torchrun with ``processes``) on the random model, with the timing shim."""
-    folder = ctx.jobs / name
-    timings = ctx.jobs / f"{name}.timings"
-    timings.mkdir(parents=True)
-    launcher = [sys.executable]
-    if processes > 1:
-        launcher += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
-    command = [
-        *launcher,
-        "run.py",
+    folder, timings = ctx.jobs / name, ctx.jobs / f"{name}.timings"
+    env = harness.timed_env(timings, TIMED) | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    finished = harness.run_py(
         "model=qwen2_5_0_5b_instruct",
         f"model.name_or_path={ctx.model_dir}",
         "logger=none",
-        f"hydra.run.dir={folder}",
         *(["device=cpu", "threads=1"] if ctx.smoke else ["device=cuda"]),
         "grpo.save_steps=0",  # no checkpoints: only the final model/ matters here
         "dataset.eval_fraction=0",  # no held-out evaluation: every second goes to the steps measured
@@ -388,70 +157,25 @@ def run_job(ctx: Context, name: str, overrides: list[str], timeout_s: float, pro
         f"+reward.parts.main.params.target={LENGTH_TARGET_CHARS}",
         f"optimizer.lr={LEARNING_RATE}",
         *overrides,
-    ]
-    python_path = os.pathsep.join(p for p in (str(ctx.shim_dir), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": python_path, TIMINGS_ENV: str(timings), "HF_HUB_OFFLINE": "1"}
-    env["TRANSFORMERS_OFFLINE"] = "1"
-    folder.mkdir(parents=True)
-    log_file = folder / CONSOLE_LOG  # beside the job's run.log: also what ran before its logging began
-    started = time.perf_counter()
-    # The log goes to a file, not a pipe: a worker that outlives its launcher can't hold the check up.
-    with log_file.open("w") as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            returncode = process.wait(timeout=max(1.0, timeout_s))
-        except subprocess.TimeoutExpired:
-            _stop(process)
-            returncode = 124
-            log.write(f"\ntimed out after {timeout_s:.0f} s\n")
-    log_text = log_file.read_text(errors="replace")
-    job = Job(name, folder, returncode, round(time.perf_counter() - started, 1), log_text[-4000:])
-    record = timings / "timings_rank0.json"
-    job.timings = json.loads(record.read_text()) if record.exists() else {}
-    return job
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """End a job that ran past its time, with everything it started: SIGTERM first (torchrun passes it
-    to its workers), then SIGKILL to the whole tree, found in /proc beforehand (torchrun starts each
-    worker in a session of its own, so a process-group kill would miss them)."""
-    tree = _process_tree(process.pid)
-    process.terminate()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=STOP_GRACE_S)
-    for pid in tree:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    process.wait()
-
-
-def _process_tree(root: int) -> list[int]:
-    """``root`` and its descendants, from /proc/<pid>/stat's parent ids."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(stat.parent.name))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo += children.get(pid, [])
-    return tree
+        job=folder,
+        launcher=harness.torchrun_launcher(processes) if processes > 1 else (),
+        env=env,
+        timeout_s=timeout_s,
+        log=folder / CONSOLE_LOG,  # beside the job's run.log: also what ran before its logging began
+    )
+    return TimedJob(folder, finished, harness.timings(timings))
 
 
 # ---------------------------------------------------------------- reading a job into a row
 
 
-def job_row(case: str, job: Job) -> dict[str, Any]:
+def job_row(case: str, job: TimedJob) -> dict[str, Any]:
     """The figures every job has: status, wall time, layout, steps, and memory against its plan."""
     steps = job.steps()
     row: dict[str, Any] = {
         "case": case,
         "status": "ok" if job.ok else "failed",
-        "wall_s": job.wall_s,
+        "wall_s": round(job.finished.wall_s, 1),
         "layout": job.layout(),
         "steps": len(steps),
         "timed_generations": len(job.timings.get("generate_s", [])),  # the shim saw run.py's trainer
@@ -470,9 +194,9 @@ def job_row(case: str, job: Job) -> dict[str, Any]:
     return row
 
 
-def memory_against_plan(job: Job) -> dict[str, Any]:
+def memory_against_plan(job: TimedJob) -> dict[str, Any]:
     """Measured peak (torch's allocator on a GPU, the process's peak RSS on a CPU) over plan.json's peak."""
-    timings, plan = job.timings, job.read("plan.json")
+    timings, plan = job.timings, job.plan()
     measured = timings.get("peak_allocated_bytes") if timings.get("cuda") else timings.get("peak_rss_bytes")
     planned = plan.get("peak_bytes")
     return {
@@ -674,7 +398,7 @@ def run_cases(ctx: Context, cases: list[str]) -> list[dict[str, Any]]:
     most of a tiny job is its single-threaded start-up."""
 
     def one(case: str) -> list[dict[str, Any]]:
-        left = ctx.deadline - time.monotonic()
+        left = ctx.budget.left()
         if not ctx.smoke and left < CASE_ESTIMATE_S[case]:
             return [
                 skipped(case, f"time budget: {left:.0f} s left of {TOTAL_BUDGET_S}, needs ~{CASE_ESTIMATE_S[case]}")
@@ -834,22 +558,18 @@ def main() -> None:
 
     import torch
 
-    started = time.monotonic()
-    # The random model and the timing shim are scratch; the job folders stay under <out>/jobs.
+    budget = harness.Budget(TOTAL_BUDGET_S)
+    # The random model is scratch; the job folders stay under <out>/jobs.
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
-        work = Path(tmp)
-        (work / "shim").mkdir()
-        (work / "shim" / "sitecustomize.py").write_text(TIMING_SHIM)
         ctx = Context(
-            model_dir=work / "qwen2_5_0_5b_random",
+            model_dir=Path(tmp) / "qwen2_5_0_5b_random",
             jobs=out / JOBS,
-            shim_dir=work / "shim",
             smoke=args.smoke,
-            deadline=started + TOTAL_BUDGET_S,
+            budget=budget,
             gpus=0 if args.smoke else torch.cuda.device_count(),
         )
         build_model(ctx.model_dir, args.smoke)
-        model_build_s = round(time.monotonic() - started, 1)
+        model_build_s = round(budget.spent(), 1)
         print(f"model built in {model_build_s} s", file=sys.stderr)
         rows = run_cases(ctx, cases)
     gpu = next((r["layout"].get("gpu_name") for r in rows if r.get("layout", {}).get("gpu_name")), None)
@@ -860,7 +580,7 @@ def main() -> None:
         "gpus_visible": ctx.gpus,
         "versions": found,
         "model_build_s": model_build_s,
-        "wall_s": round(time.monotonic() - started, 1),
+        "wall_s": round(budget.spent(), 1),
         "cases": rows,
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -21,16 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from grpo_exp.folder import JobFolder  # noqa: E402
-from grpo_exp.sweep import halving  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
+from grpo_exp.folder import JobFolder
+from grpo_exp.sweep import halving
 
 COMMON = ["+sweep=group_size_lr_tiny", "logger=none", "+launcher=parallel"]
 SWEPT = ("grpo.num_generations", "optimizer.lr")
@@ -38,14 +35,11 @@ SWEPT = ("grpo.num_generations", "optimizer.lr")
 
 def sweep(out: Path, name: str, overrides: list[str]) -> tuple[Path, float]:
     folder = out / name
-    command = [sys.executable, "run.py", "-m", f"hydra.sweep.dir={folder}", *COMMON, *overrides]
-    started = time.perf_counter()
-    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True)
-    return folder, time.perf_counter() - started
+    return folder, harness.run_py("-m", f"hydra.sweep.dir={folder}", *COMMON, *overrides, check=True).wall_s
 
 
 def configuration(job: Path) -> str:
-    overrides = json.loads((job / "summary.json").read_text())["overrides"]
+    overrides = harness.Job(job).summary()["overrides"]
     return " ".join(f"{k}={overrides[k]}" for k in SWEPT if k in overrides)
 
 
@@ -53,7 +47,7 @@ def by_configuration(folder: Path) -> dict[str, list[float]]:
     """Each configuration's final held-out rewards over its seeds (completed jobs only)."""
     found: dict[str, list[float]] = {}
     for job in sorted(p for p in folder.iterdir() if p.name.isdigit()):
-        summary = json.loads((job / "summary.json").read_text())
+        summary = harness.Job(job).summary()
         if summary.get("status") != "completed" or summary.get("final_eval_reward") is None:
             continue
         found.setdefault(configuration(job), []).append(float(summary["final_eval_reward"]))
@@ -62,8 +56,7 @@ def by_configuration(folder: Path) -> dict[str, list[float]]:
 
 def completions(folder: Path) -> int:
     return sum(
-        int(json.loads((job / "summary.json").read_text()).get("steps") or 0)
-        * halving.completions_per_step(JobFolder(job))
+        int(harness.Job(job).summary().get("steps") or 0) * halving.completions_per_step(JobFolder(job))
         for job in folder.iterdir()
         if job.name.isdigit()
     )
@@ -75,7 +68,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=100)
     parser.add_argument("--min-steps", type=int, default=None)
     parser.add_argument("--eta", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "benchmarks" / "halving")
+    parser.add_argument("--out", type=Path, default=harness.ROOT / "outputs" / "benchmarks" / "halving")
     args = parser.parse_args()
     seeds = ["seed=" + ",".join(map(str, args.seeds)), f"grpo.max_steps={args.max_steps}"]
     halving_on = ["sweep.halving.enabled=true", f"sweep.halving.eta={args.eta}"]

@@ -26,41 +26,30 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-POLL_S = 0.02  # how often the first logged step is looked for
+ROOT = harness.ROOT
 TIMEOUT_S = 1800
 
 
-def timed_run(command: list[str], cwd: Path, metrics: Path | None = None) -> dict[str, float]:
-    """Wall time of ``command``; with ``metrics``, also when its first line appeared and the train_runtime."""
-    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_MODE", "WANDB_API_KEY")}
-    start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    first = None
-    while metrics is not None and first is None and process.poll() is None:
-        if metrics.is_file() and metrics.stat().st_size:
-            first = time.perf_counter() - start
-        else:
-            time.sleep(POLL_S)
-    _, stderr = process.communicate(timeout=TIMEOUT_S)
-    whole = time.perf_counter() - start
-    if process.returncode:
-        sys.exit(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
-    figures = {"whole": whole}
-    if metrics is not None:
-        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-        figures["first_step"] = first if first is not None else whole
+def timed_run(command: list[str], cwd: Path, job: Path | None = None) -> dict[str, float]:
+    """Wall time of ``python <command>``; with its ``job`` folder, also when the first line of its
+    metrics.jsonl appeared, the train_runtime and every step's reward and loss."""
+    until = harness.logged(job) if job is not None else None
+    finished = harness.python(*command, cwd=cwd, env=harness.quiet_env(), until=until, timeout_s=TIMEOUT_S, check=True)
+    figures = {"whole": finished.wall_s}
+    if job is not None:
+        rows = harness.Job(job).rows()
+        figures["first_step"] = finished.reached_s if finished.reached_s is not None else finished.wall_s
         figures["train_runtime"] = float(next(r["train_runtime"] for r in rows if "train_runtime" in r))
         figures["rows"] = [(r["step"], r["reward"], r["loss"]) for r in rows if "reward" in r]
     return figures
@@ -69,22 +58,6 @@ def timed_run(command: list[str], cwd: Path, metrics: Path | None = None) -> dic
 def has_eval_split(root: Path) -> bool:
     """Whether the checkout at ``root`` knows ``dataset.eval_fraction`` (and checkpoints by default)."""
     return any("eval_fraction" in path.read_text(encoding="utf-8") for path in (root / "conf").rglob("*.yaml"))
-
-
-def model_path(root: Path) -> str:
-    """The cached tiny model the framework's default job uses (built on first call)."""
-    code = (
-        "from grpo_exp import models\n"
-        "from grpo_exp.job.command import CONF_DIR\n"
-        "from grpo_exp.config.schema import register_schema\n"
-        "from grpo_exp.config.loading import to_settings\n"
-        "from hydra import compose, initialize_config_dir\n"
-        "register_schema()\n"
-        "with initialize_config_dir(config_dir=str(CONF_DIR), version_base='1.3'):\n"
-        "    print(models.model_path(to_settings(compose(config_name='config')).model))\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
-    return result.stdout.strip().splitlines()[-1]
 
 
 def main() -> None:
@@ -96,7 +69,7 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="an older checkout, measured in the same rounds")
     args = parser.parse_args()
     versions = {"after": args.root.resolve(), **({"before": args.before.resolve()} if args.before else {})}
-    model = model_path(versions["after"])
+    model = harness.default_model(versions["after"])
     load_before = os.getloadavg()
     samples: dict[str, list[dict]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,7 +90,7 @@ def main() -> None:
                     command = [*command, "--out", str(out), "--max-steps", str(args.steps)]
                 else:
                     command = [*command, f"hydra.run.dir={out}", f"grpo.max_steps={args.steps}"]
-                samples[name].append(timed_run([sys.executable, *command], root, out / "metrics.jsonl"))
+                samples[name].append(timed_run(command, root, out))
                 print(f"round {n + 1}/{args.repeats} {name}: {samples[name][-1]['whole']:.1f} s", file=sys.stderr)
         light = {"help": ["--help"], "cfg": ["--cfg", "job"]}
         for n in range(args.light_repeats):
@@ -125,7 +98,7 @@ def main() -> None:
                 pair = [(f"{v}:{key}", root, ["run.py", *flags]) for v, root in versions.items()]
                 pair.append((f"bare:{key}", ROOT, [str(HERE / "bare_hydra_app.py"), *flags]))
                 for name, root, command in pair if n % 2 == 0 else reversed(pair):
-                    samples[name].append(timed_run([sys.executable, *command], root))
+                    samples[name].append(timed_run(command, root))
     load_after = os.getloadavg()
 
     def median(name: str, figure: str) -> float:

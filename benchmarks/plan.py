@@ -1,7 +1,7 @@
 """The memory plan against measurements: predicted vs measured peak of a few GRPO steps on the CPU,
 and against GPU runs others published.
 
-Each CPU row is a real job (``run.py``, the same code path as any run) in a subprocess of its own:
+Each CPU row is a real job (``run.py``, the same code path as any run) in a process of its own:
 the embedded tiny model, and randomly initialised models of Qwen2.5-0.5B's shape (all 24 layers,
 or 4 of them), fully fine-tuned or with LoRA, with and without gradient checkpointing. The job
 writes its own ``plan.json`` at its start (``grpo_exp.memory.estimate.memory_plan`` on its spec); the
@@ -40,7 +40,6 @@ import os
 import platform
 import runpy
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,8 +47,10 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
+
+ROOT = harness.ROOT
 
 MODELS_DIR = Path(tempfile.gettempdir()) / "grpo_exp_plan_bench"
 TOLERANCE = 0.15
@@ -173,15 +174,12 @@ def measure(name: str, layers: int | None, overrides: list[str], work: Path) -> 
     argv = [*model, *SHORT_JOB, *overrides, checkpointing(name), f"hydra.run.dir={folder}"]
     result = work / "result.json"
     env = {**os.environ, "WANDB_MODE": "disabled"} | ({} if "plain malloc" in name else MALLOC_ENV)
-    start = time.perf_counter()
-    run = subprocess.run(
-        [sys.executable, __file__, "--child", str(result), *argv], cwd=ROOT, env=env, capture_output=True, text=True
-    )
-    seconds = time.perf_counter() - start
-    if run.returncode != 0:
+    run = harness.python(__file__, "--child", result, *argv, env=env)
+    seconds = run.wall_s
+    if not run.ok:
         raise RuntimeError(f"{name}: the job failed:\n{run.stderr[-3000:]}")
     figures = json.loads(result.read_text())
-    plan = json.loads((folder / "plan.json").read_text())
+    plan = harness.Job(folder).plan()
     measured = figures["peak"]  # the whole process: its libraries, heap and tensors
     return {
         "name": name,
@@ -224,8 +222,8 @@ def libraries() -> None:
     )
     figures = []
     for env in ({}, MALLOC_ENV):
-        run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, **env}, capture_output=True)
-        figures.append(int(run.stdout.decode().split()[-1]))
+        run = harness.python("-c", code, env={**os.environ, **env}, check=True)
+        figures.append(int(run.stdout.split()[-1]))
     print(f"libraries resident: {figures[0] / (1 << 20):,.0f} MiB (plain malloc), {figures[1] / (1 << 20):,.0f} MiB")
 
 

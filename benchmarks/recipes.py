@@ -20,16 +20,13 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from grpo_exp.tracking.metrics import read_metrics  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
 
 # recipe name -> the overrides that run it on the embedded model
 RECIPES: dict[str, list[str]] = {
@@ -54,20 +51,18 @@ def part_edges(rows: list[dict]) -> dict[str, tuple[float, float]]:
 
 def run_one(recipe: str, seed: int, workdir: Path, threads: int) -> dict:
     out = workdir / f"{recipe}-{seed}"
-    overrides = [*RECIPES[recipe], f"seed={seed}", "logger=none", f"threads={threads}", f"hydra.run.dir={out}"]
-    result = subprocess.run([sys.executable, "run.py", *overrides], cwd=ROOT, capture_output=True, text=True)
-    if result.returncode:
-        sys.exit(f"{recipe} (seed {seed}) failed:\n{result.stderr[-2000:]}")
+    harness.run_py(*RECIPES[recipe], f"seed={seed}", "logger=none", f"threads={threads}", job=out, check=True)
     return collect(recipe, seed, out)
 
 
 def collect(recipe: str, seed: int, out: Path) -> dict:
     """One finished run's figures, from its job folder."""
-    summary = json.loads((out / "summary.json").read_text())
+    job = harness.Job(out)
+    summary = job.summary()
     return {
         "recipe": recipe,
         "seed": seed,
-        "parts": part_edges(read_metrics(out / "metrics.jsonl")),
+        "parts": part_edges(job.steps()),
         "train_s": summary["wall_time_s"] - summary["startup_s"],
         "steps": summary["steps"],
         "alerts": sorted(a["kind"] for a in summary["alerts"]),

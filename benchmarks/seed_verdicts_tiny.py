@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from grpo_exp.report.compare import write_report  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
+from grpo_exp.report.compare import write_report
 
 COMMON = ["threads=1"]
 
@@ -35,11 +32,10 @@ COMMON = ["threads=1"]
 def multirun(folder: Path, overrides: list[str], subdir: str | None = None) -> float:
     """One ``run.py -m`` into ``folder``; its wall time. Exits on a failed sweep."""
     where = [f"hydra.sweep.dir={folder}"] + ([f"hydra.sweep.subdir={subdir}"] if subdir else [])
-    started = time.perf_counter()
-    result = subprocess.run([sys.executable, "run.py", "-m", *COMMON, *overrides, *where], cwd=ROOT)
-    if result.returncode != 0:
-        sys.exit(f"sweep into {folder} failed (exit {result.returncode})")
-    return time.perf_counter() - started
+    finished = harness.run_py("-m", *COMMON, *overrides, *where, show=True)
+    if not finished.ok:
+        sys.exit(f"sweep into {folder} failed (exit {finished.returncode})")
+    return finished.wall_s
 
 
 def show(name: str, report: Path, seconds: float) -> None:
@@ -51,7 +47,7 @@ def show(name: str, report: Path, seconds: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "multirun")
+    parser.add_argument("--out", type=Path, default=harness.ROOT / "outputs" / "multirun")
     parser.add_argument("--max-steps", type=int, default=40)
     args = parser.parse_args()
     steps = [f"grpo.max_steps={args.max_steps}"]

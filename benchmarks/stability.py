@@ -32,12 +32,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
+
 COMMON = ["logger=none", "threads=1", "save_model=false"]
 NO_EVAL = ["grpo.eval_strategy=no", "grpo.eval_on_start=false"]
 COLLAPSE_ARMS = {
@@ -65,12 +66,9 @@ EARLY = 10  # the first steps, where alike groups are most common: their shares 
 
 def train(job: Path, overrides: list[str]) -> dict:
     """Run one job unless its folder holds a summary already; its summary and metrics rows."""
-    if not (job / "summary.json").is_file():
-        command = [sys.executable, "run.py", *COMMON, *overrides, f"hydra.run.dir={job}"]
-        subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
-    summary = json.loads((job / "summary.json").read_text()) if (job / "summary.json").is_file() else {}
-    lines = (job / "metrics.jsonl").read_text().splitlines() if (job / "metrics.jsonl").is_file() else []
-    return {"summary": summary, "rows": [json.loads(line) for line in lines]}
+    if not harness.Job(job).summary():
+        harness.run_py(*COMMON, *overrides, job=job)  # a failed job is read as it is: its summary says how
+    return {"summary": harness.Job(job).summary(), "rows": harness.Job(job).rows()}
 
 
 def collapse_figures(result: dict) -> dict:

@@ -13,30 +13,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
+
 LAUNCHERS = {"sequential": [], "parallel (joblib, 2 workers)": ["+launcher=parallel"]}
 
 
 def run_sweep(sweep_dir: Path, extra: list[str]) -> float:
-    command = [
-        sys.executable,
-        "run.py",
-        "-m",
-        "+sweep=group_size_lr_tiny",
-        "logger=none",
-        f"hydra.sweep.dir={sweep_dir}",
-    ]
-    start = time.perf_counter()
-    result = subprocess.run([*command, *extra], cwd=ROOT, capture_output=True, text=True)
-    if result.returncode:
-        sys.exit(f"the sweep failed:\n{result.stderr[-2000:]}")
-    return time.perf_counter() - start
+    overrides = ["-m", "+sweep=group_size_lr_tiny", "logger=none", f"hydra.sweep.dir={sweep_dir}", *extra]
+    return harness.run_py(*overrides, check=True).wall_s
 
 
 def main() -> None:

@@ -11,9 +11,10 @@ Usage::
 
     .venv/bin/python benchmarks/trl_baseline.py --model ~/.cache/grpo_exp/tiny-<key> --out /tmp/base
     .venv/bin/python benchmarks/trl_baseline.py --model ... --out ... --max-steps 60 --wandb offline
+    .venv/bin/python benchmarks/trl_baseline.py --model ... --out ... --max-steps 1 --no-save   # startup.py's
 
 It writes ``<out>/metrics.jsonl`` (one JSON object per logging step, as the trainer logs it)
-and the final model in ``<out>/model``, as the framework does.
+and the final model in ``<out>/model`` (unless ``--no-save``), as the framework does.
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     parser.add_argument("--max-steps", type=int, default=150, help="training steps (the default job: 150)")
     parser.add_argument("--wandb", choices=["none", "offline"], default="none", help="W&B reporting")
+    parser.add_argument(
+        "--no-save", action="store_true", help="skip saving the final model (run.py's save_model=false)"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -107,7 +111,8 @@ def main() -> None:
         callbacks=[JsonlLog(args.out / "metrics.jsonl")],
     )
     trainer.train()
-    trainer.save_model(str(args.out / "model"))
+    if not args.no_save:
+        trainer.save_model(str(args.out / "model"))
 
 
 if __name__ == "__main__":

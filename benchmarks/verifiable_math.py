@@ -14,19 +14,14 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from grpo_exp.tracking.metrics import read_metrics  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import harness
 
 PARTS = ("format", "accuracy")
 EDGE_FRACTION = 0.1  # first and last tenth of the training steps
@@ -35,16 +30,10 @@ EDGE_FRACTION = 0.1  # first and last tenth of the training steps
 def run_one(seed: int, out: Path, threads: int | None, extra: list[str]) -> dict:
     """One training job; its held-out and training figures per part, and its wall time."""
     job = out / f"math-{seed}"
-    overrides = ["+recipe=math", f"seed={seed}", "logger=none", f"hydra.run.dir={job}", *extra]
-    if threads:
-        overrides.append(f"threads={threads}")
-    started = time.perf_counter()
-    result = subprocess.run([sys.executable, "run.py", *overrides], cwd=ROOT, capture_output=True, text=True)
-    if result.returncode:
-        sys.exit(f"seed {seed} failed:\n{result.stderr[-2000:]}")
-    summary = json.loads((job / "summary.json").read_text())
-    rows = read_metrics(job / "metrics.jsonl")
-    figures = {"seed": seed, "seconds": round(time.perf_counter() - started), "steps": summary["steps"]}
+    overrides = ["+recipe=math", f"seed={seed}", "logger=none", *extra, *([f"threads={threads}"] if threads else [])]
+    done = harness.run_job(*overrides, job=job, check=True)
+    summary, rows = done.summary(), done.steps()
+    figures = {"seed": seed, "seconds": round(done.finished.wall_s), "steps": summary["steps"]}
     for part in PARTS:
         series = [
             float(r[f"rewards/{part}/mean"]) for r in rows if math.isfinite(r.get(f"rewards/{part}/mean", math.nan))

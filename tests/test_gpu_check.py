@@ -49,7 +49,8 @@ def test_its_report_goes_outside_the_repository_and_never_over_an_earlier_checks
 
 
 def test_the_made_up_tokenizer_has_the_asked_size_and_round_trips_text():
-    script = load_script()
+    from benchmarks import random_qwen as script
+
     size = 256 + 256**2 + 8  # the bytes, every pair of them, a few triples
     tokenizer = script.build_tokenizer(size)
     assert len(tokenizer) == size + len(script.SPECIAL_TOKENS)

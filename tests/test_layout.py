@@ -60,6 +60,7 @@ BASE = {
     "user_code",
     "deadline",
     "helper_process",
+    "proc",
 }
 DOMAIN = {"rewards", "sandbox", "models", "dataset", "agents", "tasks"}
 MAY_IMPORT = {

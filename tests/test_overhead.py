@@ -3,6 +3,7 @@ start-up paths load nothing they don't use (benchmarks/overhead.py measures the 
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -83,3 +84,19 @@ def test_wandb_samples_system_stats_only_with_a_gpu_or_when_asked(monkeypatch):
     assert system_stats(gpu=False) == {}
     monkeypatch.delenv("WANDB_X_DISABLE_STATS")
     assert system_stats(gpu=True) == {}
+
+
+def test_the_first_job_freezes_start_ups_objects_and_later_jobs_do_not():
+    """Start-up's objects leave the collector's full passes once (benchmarks/startup.md); a later job
+    in the same process must not freeze what the previous job left behind."""
+    from grpo_exp.job import command
+
+    command._freeze_startup.cache_clear()
+    try:
+        command._freeze_startup()
+        frozen = gc.get_freeze_count()
+        left_by_a_job = [[] for _ in range(1000)]
+        command._freeze_startup()
+        assert frozen > 0 and gc.get_freeze_count() == frozen and left_by_a_job
+    finally:
+        gc.unfreeze()

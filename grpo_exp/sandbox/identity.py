@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from grpo_exp import proc
 from grpo_exp.sandbox.reaper import kill_until_gone
 
 SANDBOX_UID_BASE = 2_000_000_000  # far above regular, system and container-remapped ids
@@ -76,19 +77,11 @@ def _pids_of(uid: int) -> list[int]:
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                if os.stat(f"/proc/{name}").st_uid == uid and not _is_zombie(int(name)):
+                if os.stat(f"/proc/{name}").st_uid == uid and not proc.is_zombie(int(name)):
                     pids.append(int(name))
             except OSError:
                 continue  # exited while we looked
     return pids
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rpartition(b")")[2].split()[0] == b"Z"
-    except (OSError, IndexError):
-        return True
 
 
 def kill_uid(uid: int) -> bool:

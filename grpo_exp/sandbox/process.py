@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_exp import proc
 from grpo_exp.sandbox import cgroups, identity, seccomp
 from grpo_exp.sandbox.cgroups import SnippetCgroup
 from grpo_exp.sandbox.isolation import Launcher
@@ -346,15 +347,7 @@ def children_of(pid: int) -> list[int]:
     try:
         return pids_in(f"/proc/{pid}/task/{pid}/children")
     except OSError:  # kernel without CONFIG_PROC_CHILDREN: look for them
-        found = []
-        for name in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{name}/stat", "rb") as fh:
-                    if name.isdigit() and int(fh.read().rpartition(b")")[2].split()[1]) == pid:
-                        found.append(int(name))
-            except (OSError, IndexError, ValueError):
-                continue
-        return found
+        return proc.children(pid)
 
 
 def _has_exited(pid: int) -> bool:
