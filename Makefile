@@ -20,15 +20,14 @@
 # request). TORCH=none keeps the machine's own torch: the venv then sees the system's packages.
 # WHEELHOUSE=<folder> installs from that folder with no package index (see `make wheelhouse`).
 # CONSTRAINTS picks the versions: by default constraints/lock.txt, the exact set CI tests (`make lock`
-# writes it; torch is left to TORCH); CONSTRAINTS=constraints/low.txt the low end of the range (the
-# stack the vllm extra resolves); CONSTRAINTS=none the newest releases pyproject allows.
+# writes it; torch is left to TORCH), or with the vllm extra constraints/low.txt, the low end of the range
+# (the stack vLLM resolves); CONSTRAINTS=none the newest releases pyproject allows.
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEFAULT_TORCH := torch==2.13.0
 DEFAULT_EXTRAS := dev,sweeps,optuna,dashboard,ray,trackio,browser,docs
-DEFAULT_CONSTRAINTS := constraints/lock.txt
 # The last set-up's TORCH, EXTRAS, WHEELHOUSE and CONSTRAINTS (SETUP_*); given anew, they set up again.
 # (No rule makes the record itself: make would remake an included file even under `make -n`.)
 SETUP_RECORD := $(VENV)/setup.mk
@@ -37,6 +36,8 @@ STAMP := $(VENV)/.installed
 TORCH ?= $(or $(SETUP_TORCH),$(DEFAULT_TORCH))
 EXTRAS ?= $(or $(SETUP_EXTRAS),$(DEFAULT_EXTRAS))
 WHEELHOUSE ?= $(SETUP_WHEELHOUSE)
+# The lock by default; with the vllm extra the low end, the stack vLLM resolves (the lock's transformers is newer).
+DEFAULT_CONSTRAINTS = $(if $(findstring vllm,$(EXTRAS)),constraints/low.txt,constraints/lock.txt)
 CONSTRAINTS ?= $(or $(SETUP_CONSTRAINTS),$(DEFAULT_CONSTRAINTS))
 CONSTRAINT_FILE := $(filter-out none,$(CONSTRAINTS))
 ARGS ?=

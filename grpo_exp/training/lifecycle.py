@@ -11,6 +11,7 @@ where its checkpoint left them.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 from concurrent.futures import Future
@@ -103,6 +104,7 @@ def _train_stages(
     from grpo_exp.training.schedule import schedule_for
     from grpo_exp.training.trainer import build_trainer
 
+    _freeze_libraries()
     schedule = schedule_for(spec, folder, point, stop, records.monitor)
     trainer = None
     while (stage := schedule.next_stage(trainer)) is not None:
@@ -181,3 +183,11 @@ class Trackers:
             self.run = self.opening.result()
         if self.run is not None:
             safely(lambda: self.run.summary.update(summary_record(summary)))
+
+
+@functools.cache  # once per process: in a sweep, a later job would pin the previous job's garbage
+def _freeze_libraries() -> None:
+    """Keep the cyclic collector's full passes off what the training imports made (torch,
+    transformers, TRL: it lives as long as the process), as ``run_job`` does for start-up's objects;
+    a plain TRL script walks them on every full pass (benchmarks/startup.md)."""
+    gc.freeze()
