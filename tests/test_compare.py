@@ -413,3 +413,30 @@ def test_a_flat_run_that_is_best_is_called_dead(tmp_path):
     verdict = section(write_report(tmp_path, plots=False), "Verdict")
     assert "`optimizer.lr=1e-06` scored highest (final_reward 0.200, job 0)" in verdict
     assert "to tell. Its reward never varied: it is dead" in verdict
+
+
+def test_task_accuracy_and_curriculum_level_get_their_own_figures(tmp_path):
+    from grpo_exp.report.plots import LEVEL_METRIC, LEVEL_TITLE, TASK_TITLE
+    from grpo_exp.tasks.curriculum import LEVEL_METRIC as LOGGED
+
+    assert LEVEL_METRIC == LOGGED  # the key the task reward logs is the one the report plots
+    for num, lr in enumerate(("1e-4", "3e-4")):
+        job = write_job(tmp_path, str(num), [f"optimizer.lr={lr}"], ramp(0.6), kls=[0.01] * STEPS)
+        rows = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+        for row in rows:  # the task reward logs the level of each step's problems with its reward
+            row |= {LEVEL_METRIC: int(row["step"] >= 12)} if "reward" in row else {}
+        rows += [{"step": s, "eval/reward": 0.5, "eval/pass@1": 0.3 + 0.1 * num + s / 100} for s in (0, 10, 20)]
+        (job / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report = write_report(tmp_path)
+    for name in ("task_accuracy_curves.png", "curriculum_levels.png"):
+        width, height = png_size(report.parent / name)
+        assert width > 600 and height > 300
+    text = report.read_text()
+    assert TASK_TITLE in text and LEVEL_TITLE in text
+
+
+def test_a_run_without_task_metrics_draws_no_task_figures(tmp_path):
+    write_job(tmp_path, "0", ["optimizer.lr=1e-4"], ramp(0.6), kls=[0.01] * STEPS)
+    report = write_report(tmp_path)
+    assert not (report.parent / "task_accuracy_curves.png").exists()
+    assert not (report.parent / "curriculum_levels.png").exists()

@@ -30,7 +30,7 @@ from grpo_exp.folder import (
     read_rows,
     read_yaml,
 )
-from grpo_exp.tracking.metrics import eval_rows, summarize, summarize_eval, training_rows
+from grpo_exp.tracking.metrics import EVAL_PREFIX, eval_rows, summarize, summarize_eval, training_rows
 
 DEFAULT_KL_THRESHOLD = MonitorSettings.kl_threshold
 DEFAULT_MIN_REWARD_STD = MonitorSettings.min_reward_std
@@ -50,8 +50,9 @@ class JobRecord:
     path: Path
     status: str
     stats: dict[str, Any]  # summary.json over summarize(metrics.jsonl)
-    rows: list[dict[str, Any]]
+    rows: list[dict[str, Any]]  # the training steps
     overrides: dict[str, Any]
+    evaluations: list[dict[str, Any]] = field(default_factory=list)  # the held-out evaluations (eval/...)
     kl_threshold: float = DEFAULT_KL_THRESHOLD
     min_reward_std: float = DEFAULT_MIN_REWARD_STD
     min_improvement: float = DEFAULT_MIN_IMPROVEMENT
@@ -71,8 +72,10 @@ class JobRecord:
         return float(v) if ok else None
 
     def series(self, key: str) -> tuple[list[float], list[float]]:
-        """Steps and values of one logged metric, skipping the steps that lack it."""
-        points = [(r["step"], r[key]) for r in self.rows if finite(r.get(key)) and finite(r.get("step"))]
+        """Steps and values of one logged metric (a held-out one, ``eval/...``, from the evaluations), skipping the
+        steps that lack it."""
+        rows = self.evaluations if key.startswith(EVAL_PREFIX) else self.rows
+        points = [(r["step"], r[key]) for r in rows if finite(r.get(key)) and finite(r.get("step"))]
         return [step for step, _ in points], [value for _, value in points]
 
     @property
@@ -129,7 +132,8 @@ def load_job(path: Path) -> JobRecord:
     summary = folder.summary()
     if summary is None and folder.summary_file.exists():
         notes.append(f"{SUMMARY_FILE} is unreadable: figures come from {METRICS_FILE}")
-    held_out = summarize_eval(eval_rows(logged))
+    evaluations = eval_rows(logged)
+    held_out = summarize_eval(evaluations)
     stats = summarize(stepped, kl_threshold) | held_out | {k: v for k, v in (summary or {}).items() if v is not None}
     overrides = _read_overrides(folder)
     if overrides is None:
@@ -145,6 +149,7 @@ def load_job(path: Path) -> JobRecord:
         stats=stats,
         rows=rows,
         overrides=overrides,
+        evaluations=evaluations,
         kl_threshold=kl_threshold,
         min_reward_std=float(monitor.get("min_reward_std", DEFAULT_MIN_REWARD_STD)),
         min_improvement=float(monitor.get("min_improvement", DEFAULT_MIN_IMPROVEMENT)),

@@ -21,6 +21,7 @@ from matplotlib.ticker import MaxNLocator
 
 from grpo_exp.report.jobs import JobRecord
 from grpo_exp.report.sweep import Cell, Sweep, format_value, grid_axes, group_jobs, is_grid, objective_grid
+from grpo_exp.tracking.metrics import EVAL_PASS1
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,11 @@ MAX_LEGEND_ROWS = 16  # beyond this the outside legend gets a second column
 THRESHOLD_STYLE = {"color": "black", "linestyle": (0, (6, 3)), "linewidth": 1.4}
 REWARD_TITLE = "Mean reward per step"
 KL_TITLE = "KL divergence from the reference model per step"
+TASK_TITLE = "Held-out task accuracy (pass@1) per evaluation"
+LEVEL_TITLE = "Curriculum level of each step's problems"
+# What the task reward logs per step in a curriculum run (grpo_exp.tasks.curriculum.LEVEL_METRIC, which the
+# report's layer may not import; tests/test_report_plots.py holds them equal).
+LEVEL_METRIC = "curriculum/level"
 # Cell text turns white on the dark half of the colour map.
 DARK_SHARE = 0.5
 MISSING_CELL = "no result"
@@ -78,6 +84,12 @@ def _figures(sweep: Sweep) -> list[tuple[str, str, Callable[[Path], Path]]]:
         thresholds = sorted({job.kl_threshold for job in sweep.jobs if job.series("kl")[0]})
         draw = functools.partial(curves, kls, title=KL_TITLE, ylabel="KL", thresholds=thresholds)
         figures.append((KL_TITLE, "kl_curves.png", draw))
+    if accuracies := _series(sweep, EVAL_PASS1):  # a verifiable task: the metric the reward cannot inflate
+        draw = functools.partial(curves, accuracies, title=TASK_TITLE, ylabel="held-out pass@1", markers=True)
+        figures.append((TASK_TITLE, "task_accuracy_curves.png", draw))
+    if levels := _series(sweep, LEVEL_METRIC):
+        draw = functools.partial(curves, levels, title=LEVEL_TITLE, ylabel="level", integer_y=True)
+        figures.append((LEVEL_TITLE, "curriculum_levels.png", draw))
     axes = grid_axes(sweep)
     if axes and not is_grid(sweep, axes) and _numeric(sweep, axes[-1]):
         figures.append(_scatter_figure(sweep, axes[-1], axes[0] if len(axes) == 2 else None))
@@ -168,8 +180,11 @@ def curves(
     ylabel: str,
     smooth: bool = False,
     thresholds: Sequence[float] = (),
+    markers: bool = False,
+    integer_y: bool = False,
 ) -> Path:
-    """All jobs' curves on one axis, legend outside the plot so it never hides a line."""
+    """All jobs' curves on one axis, legend outside the plot so it never hides a line; ``markers`` for
+    sparse points (evaluations), ``integer_y`` for a count (a curriculum level)."""
     fig = Figure(figsize=CURVE_SIZE, dpi=DPI)
     ax = fig.subplots()
     window = _smoothing_window(series) if smooth else 1
@@ -178,12 +193,22 @@ def curves(
     for s in series:
         style = LINE_STYLES[repeats.get(s.group, 0) % len(LINE_STYLES)]
         repeats[s.group] = repeats.get(s.group, 0) + 1
-        ax.plot(s.steps, _trailing_mean(s.values, window), style, color=colours(s.group), linewidth=1.6, label=s.label)
+        ax.plot(
+            s.steps,
+            _trailing_mean(s.values, window),
+            style,
+            color=colours(s.group),
+            linewidth=1.6,
+            label=s.label,
+            marker="o" if markers else None,
+        )
     for threshold in thresholds:
         ax.axhline(threshold, **THRESHOLD_STYLE, label=f"alarm threshold {threshold:g}")
     ax.set_title(title)
     ax.set_xlabel("training step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if integer_y:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(ylabel if window == 1 else f"{ylabel} (trailing mean of {window} steps)")
     ax.grid(alpha=0.3)
     if entries := len(series) + len(thresholds):
