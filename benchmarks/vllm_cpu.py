@@ -72,6 +72,8 @@ def measure(name: str, use_vllm: bool, steps: int, out: Path) -> dict:
         "generation_s": median_after_warmup(generate),
         "weight_sync_s": median_after_warmup(sync) if use_vllm else None,
         "step_s": median_after_warmup(times.get("step_s", [])),
+        "generation_calls": [round(t, 2) for t in generate],  # every call, the warm-up first: the spread
+        "step_calls": [round(t, 2) for t in times.get("step_s", [])],
         "mean_completion_tokens": round(statistics.mean(r["completions/mean_length"] for r in rows), 1),
         "vllm_logged": all("sampling/importance_sampling_ratio/mean" in r for r in rows),
         "wall_s": round(job.finished.wall_s, 1),
@@ -94,14 +96,22 @@ def markdown(command: str, results: dict[str, dict], ratios: dict[str, float], w
         f"| generation per step (s) | {plain['generation_s']} | {fast['generation_s']} | {ratios['generation']} |",
         f"| of which weight sync (s) | - | {fast['weight_sync_s']} | |",
         f"| whole step (s, TRL's training_step) | {plain['step_s']} | {fast['step_s']} | {ratios['step']} |",
+        f"| generation, each call (s) | {_calls(plain['generation_calls'])} | {_calls(fast['generation_calls'])} | |",
+        f"| whole step, each call (s) | {_calls(plain['step_calls'])} | {_calls(fast['step_calls'])} | |",
         f"| mean completion tokens | {plain['mean_completion_tokens']} | {fast['mean_completion_tokens']} | |",
         f"| job wall time (s, start-up included) | {plain['wall_s']} | {fast['wall_s']} | |",
         "",
         "Generation with vLLM includes its weight sync (vLLM's `reload_weights`, which repacks every layer",
         "for oneDNN). A ratio above 1 means vLLM is faster. The two runs sample different completions",
-        "(bf16 against fp32), so their lengths differ a little; the table gives them.",
+        "(bf16 against fp32), so their lengths differ a little; the table gives them. The runs follow each",
+        "other, so a load that comes and goes on the machine weighs on them unevenly: read the ratio with",
+        "the spread of the calls and the load average beside it, and measure again on a quiet machine.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _calls(values: list[float]) -> str:
+    return ", ".join(f"{v:g}" for v in values)
 
 
 def main() -> None:
