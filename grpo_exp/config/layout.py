@@ -353,10 +353,15 @@ def _check_vllm_on_cpu(settings: ExperimentConfig, layout: Layout) -> list[str]:
     _check_vllm_release(layout.vllm)
     if layout.precision is Precision.bf16:
         return []
+    weighed = (
+        "TRL's importance-sampling correction weighs the difference (sampling/importance_sampling_ratio/* in "
+        "metrics.jsonl)"
+        if settings.grpo.vllm_importance_sampling_correction
+        else "grpo.vllm_importance_sampling_correction=false leaves the difference uncorrected"
+    )
     return [
         f"grpo.use_vllm=true on the CPU: {layout.vllm} generates in bf16 (TRL gives vLLM no dtype, and vLLM "
-        f"loads a float32 model as bf16) while training computes in {layout.precision.value}; TRL's "
-        "importance-sampling correction weighs the difference (sampling/importance_sampling_ratio/* in metrics.jsonl)"
+        f"loads a float32 model as bf16) while training computes in {layout.precision.value}; {weighed}"
     ]
 
 
