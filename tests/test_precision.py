@@ -160,7 +160,7 @@ def test_the_layout_line_says_what_deepspeed_and_fp16_really_do(settings, monkey
     fp16 = decide(settings(QWEN, "grpo.fp16=true", "model.lora.enabled=true"), A100)
     assert "model.dtype=bfloat16 under grpo.fp16=true: loading float16" in fp16.notes
     vllm = settings(QWEN, "grpo.fp16=true", "grpo.use_vllm=true")
-    monkeypatch.setattr("grpo_exp.config.layout.metadata.version", lambda name: "0.31.0")
+    monkeypatch.setattr(hardware, "vllm_release", lambda: ("vllm", "0.31.0"))
     with pytest.raises(UserError, match=r"grpo.use_vllm=true with fp16 compute: vLLM generates in the model's bf16"):
         check_hardware(vllm, decide(vllm, A100))
 
@@ -324,10 +324,10 @@ def test_vllm_refusals(settings, monkeypatch):
     with pytest.raises(UserError, match="with 4-bit weights: every weight sync would merge the adapter"):
         check_hardware(qlora_vllm, decide(qlora_vllm, A100))
     vllm = settings(QWEN, "grpo.use_vllm=true")
-    monkeypatch.setattr("grpo_exp.config.layout.metadata.version", lambda name: "0.10.2")
+    monkeypatch.setattr(hardware, "vllm_release", lambda: ("vllm", "0.10.2"))
     with pytest.raises(UserError, match=r"vLLM 0.10.2 is outside the releases TRL accepts \(0.22.0 to 0.31.0\)"):
         check_hardware(vllm, decide(vllm, A100))
-    monkeypatch.setattr("grpo_exp.config.layout.metadata.version", lambda name: "0.31.0")
+    monkeypatch.setattr(hardware, "vllm_release", lambda: ("vllm", "0.31.0"))
     assert check_hardware(vllm, decide(vllm, A100)) == []
     with pytest.raises(UserError, match="Tesla T4, which has no native bf16"):
         check_hardware(vllm, decide(vllm, T4))

@@ -151,6 +151,24 @@ def test_trl_prints_its_completions_table_through_the_module_global_the_fence_sw
     assert getattr(grpo_module, trl_private.TABLE_PRINTER) is not trl_private._no_print
 
 
+def test_trls_colocate_sync_is_what_the_cpu_reload_replaces():
+    """Read from TRL's source (importing it needs vLLM): the trainer's ``vllm_generation``, its weight
+    iterator (``NAMED_PARAMS``) and its sync, which feeds ``load_weights`` one tensor at a time through the
+    route the fence's ``sync_vllm_by_reload`` takes to vLLM's model runner."""
+    import importlib.util
+    from pathlib import Path
+
+    trl_root = Path(importlib.util.find_spec("trl").origin).parent
+    generation = (trl_root / "generation" / "vllm_generation.py").read_text(encoding="utf-8")
+    trainer = (trl_root / "trainer" / "grpo_trainer.py").read_text(encoding="utf-8")
+    assert "self.vllm_generation = VLLMGeneration(" in trainer
+    assert re.search(rf"def {trl_private.NAMED_PARAMS}\(self\)", generation)
+    assert re.search(r"def sync_weights\(self\)", generation)
+    route = "self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights([(name, param)])"
+    assert route in generation
+    assert f"for name, param in self.{trl_private.NAMED_PARAMS}():" in generation
+
+
 def test_every_entry_trl_writes_into_its_generation_output_is_known_to_dynamic_sampling():
     """Read from TRL's source: a key a new release adds fails here, even one a CPU run never produces
     (vLLM's, images')."""

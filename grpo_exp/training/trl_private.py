@@ -2,7 +2,7 @@
 
 A default run stands on TRL's public surface: GRPOTrainer's arguments (reward functions, which log
 through ``log_metric``/``log_extra``, callbacks, tools), a few public methods of its own overridden
-(``log``, ``train``, ``create_model_card``). Three things have no public hook, so they reach into the
+(``log``, ``train``, ``create_model_card``). Four things have no public hook, so they reach into the
 trainers here:
 
 - dynamic sampling (``grpo.dynamic_sampling``; training/dynamic_sampling.py) sits between TRL's
@@ -13,6 +13,10 @@ trainers here:
 - A stage with no step left to train loads its checkpoint with transformers'
   ``Trainer._load_from_checkpoint``, the loader ``train(resume_from_checkpoint=...)`` uses, so every
   format it resumes from (a full model, sharded or not, a LoRA adapter, FSDP) loads alike.
+- vLLM's CPU build (``grpo.use_vllm=true`` without a GPU) packs each linear layer's weight for oneDNN
+  once loaded and leaves the layer an empty weight, so TRL's colocate sync, one tensor at a time into
+  ``model.load_weights``, fails at the first step. ``sync_vllm_by_reload`` hands the same tensors (TRL's
+  ``VLLMGeneration._iter_named_params``) to vLLM's own ``reload_weights``, which unpacks, loads and packs again.
 - TRL prints its completions table from ``GRPOTrainer.log`` through the module global
   ``print_prompt_completions_sample`` of ``trl.trainer.grpo_trainer``; ``completions_table_off`` swaps it
   out for one call.
@@ -40,6 +44,7 @@ METRICS = "_metrics"  # GRPOTrainer's {"train" | "eval": {key: [one value per ge
 # sampling's recount of frac_reward_zero_std uses it, and tests/test_trl_contract.py holds the two equal.
 STD_EPSILON = 1e-4
 TABLE_PRINTER = "print_prompt_completions_sample"  # looked up in trl.trainer.grpo_trainer at each log
+NAMED_PARAMS = "_iter_named_params"  # VLLMGeneration's: the policy's weights under vLLM's names, gathered
 
 
 class TrlGeneration:
@@ -75,6 +80,29 @@ class TrlGeneration:
 def load_checkpoint_weights(trainer: Any, checkpoint: str) -> None:
     """The checkpoint's weights into ``trainer``'s model, as ``train(resume_from_checkpoint=...)`` loads them."""
     trainer._load_from_checkpoint(checkpoint)
+
+
+def sync_vllm_by_reload(trainer: Any) -> None:
+    """``trainer``'s colocated vLLM (its CPU build) takes each weight sync through vLLM's ``reload_weights``.
+
+    TRL's own sync fails there (AttributeError: 'Parameter' object has no attribute 'weight_loader'):
+    vLLM's CPU linear layers keep their weights only in oneDNN's packed form. The reload restores the
+    layers, loads every tensor and packs them again, the output head too; then, as TRL does, the prefix
+    cache is reset. tests/test_vllm_cpu_e2e.py checks that vLLM samples from the trained policy."""
+    generation = trainer.vllm_generation
+
+    def sync_weights() -> None:
+        runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner  # TRL's own route to it
+        runner.reload_weights(weights_iterator=getattr(generation, NAMED_PARAMS)(), is_checkpoint_format=True)
+        # A head tied to the embeddings loads nothing of its own, so the reload leaves its packed copy of
+        # them stale: the completions would come from the new body and the old head (measured: the
+        # per-token log-prob gap to the trained policy grew with the KL, 0.01 -> 0.16 in 50 steps).
+        head = getattr(runner.get_model(), "lm_head", None)
+        if head is not None and hasattr(head, "quant_method"):
+            head.quant_method.process_weights_after_loading(head)
+        generation.llm.reset_prefix_cache()
+
+    generation.sync_weights = sync_weights
 
 
 @contextlib.contextmanager
