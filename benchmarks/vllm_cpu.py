@@ -85,8 +85,8 @@ def markdown(command: str, results: dict[str, dict], ratios: dict[str, float], w
     lines = [
         "# vLLM colocate against transformers generation on the CPU",
         "",
-        f"Measured {when} on this machine (2 cores, no GPU; load average {load} at the end: another job shared",
-        f"it), with `{command}` ({fast['generator']}, the tiny default model, fp32 training; vLLM generates",
+        f"Measured {when} on this machine (2 cores, no GPU; load average {load} at the end),",
+        f"with `{command}` ({fast['generator']}, the tiny default model, fp32 training; vLLM generates",
         "in bf16). One run each, same settings: "
         f"{PROMPTS} prompts x {GENERATIONS} completions of up to {TOKENS} tokens a step, "
         f"{plain['steps']} steps, the first left out; medians.",
