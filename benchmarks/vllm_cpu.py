@@ -80,6 +80,9 @@ def measure(name: str, use_vllm: bool, steps: int, out: Path) -> dict:
     }
 
 
+EARLIER = "\n## Earlier runs\n"  # from this heading on, the results file is kept as it is
+
+
 def markdown(command: str, results: dict[str, dict], ratios: dict[str, float], when: str, load: str) -> str:
     plain, fast = results["transformers"], results["vllm"]
     lines = [
@@ -138,7 +141,9 @@ def main() -> None:
     print(json.dumps({"results": results, "transformers_over_vllm": ratios}, indent=2))
     command = f"{os.path.relpath(sys.executable, ROOT)} benchmarks/vllm_cpu.py --steps {args.steps}"
     when = time.strftime("%Y-%m-%d")
-    args.md.write_text(markdown(command, results, ratios, when, load_average()), encoding="utf-8")
+    earlier = args.md.read_text(encoding="utf-8") if args.md.exists() else ""
+    kept = earlier[earlier.index(EARLIER) :] if EARLIER in earlier else ""  # hand-written history stays
+    args.md.write_text(markdown(command, results, ratios, when, load_average()) + kept, encoding="utf-8")
     print(f"written: {args.md}")
 
 
