@@ -54,6 +54,16 @@ def feed(monitor: HealthMonitor, rows: list[dict]) -> list[Alert]:
     return alerts
 
 
+def report_columns(stats: dict) -> list[str]:
+    """The sweep report's result columns for a sweep of one finished job whose summary is ``stats``."""
+    from grpo_exp.report.compare import _result_keys
+    from grpo_exp.report.jobs import JobRecord
+    from grpo_exp.report.sweep import Sweep
+
+    job = JobRecord(name="0", path=Path("0"), status="completed", stats=stats, rows=[], overrides={})
+    return _result_keys(Sweep(Path("."), [job], swept=[]))
+
+
 # The files that take longest (minutes of CPU on 2 cores), longest first. pytest-xdist's --dist loadfile
 # hands out whole files in collection order; started first, these don't leave one worker running a long
 # file alone at the end while the other idles. Other files keep their order after them.

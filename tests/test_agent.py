@@ -24,7 +24,7 @@ from grpo_exp.config.schema import AgentSettings
 from grpo_exp.errors import UserError
 from grpo_exp.rewards.agent import states_fact, tool_call
 from grpo_exp.tracking.metrics import read_metrics
-from tests.conftest import ROOT
+from tests.conftest import ROOT, report_columns
 from tests.fixtures.hostile_tools import HUGE_CHARS
 from tests.test_train_e2e import run_training
 
@@ -402,7 +402,6 @@ def test_the_probe_samples_an_agent_through_its_tools_and_judges_its_parts():
 
 
 def test_a_jobs_tool_use_reaches_its_summary_console_and_report():
-    from grpo_exp.report.compare import _result_keys
     from grpo_exp.tracking.metrics import summarize
     from grpo_exp.tracking.outcome import format_outcome
 
@@ -411,22 +410,8 @@ def test_a_jobs_tool_use_reaches_its_summary_console_and_report():
     assert summary["tool_call_frequency"] == 1.0 and summary["tool_failure_frequency"] == 0.25
     assert "1.00 calls per rollout, 25% of them failed" in format_outcome(summary, Path("job"), None)
     assert "tool_call_frequency" not in summarize([{"step": 1, "reward": 0.5}], kl_threshold=0.1)
-
-    class Job:
-        def __init__(self, stats: dict) -> None:
-            self.stats = stats
-
-        def value(self, key: str) -> float | None:
-            return self.stats.get(key)
-
-    class Sweep:
-        objective = "final_reward"
-
-        def __init__(self, *jobs: Job) -> None:
-            self.jobs = jobs
-
-    assert "tool_call_frequency" in _result_keys(Sweep(Job(summary)))
-    assert "tool_call_frequency" not in _result_keys(Sweep(Job({"final_reward": 0.5})))
+    assert "tool_call_frequency" in report_columns(summary)
+    assert "tool_call_frequency" not in report_columns({"final_reward": 0.5})
 
 
 def test_the_memory_plan_and_the_length_filter_count_the_tools_in_every_prompt(settings):

