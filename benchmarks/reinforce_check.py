@@ -2,11 +2,11 @@
 
 The question it answers: when ``+recipe=arithmetic`` fails to raise held-out accuracy, is that
 grpo-exp's or TRL's code, or the method on this model? This loop samples ``--problems`` training
-problems x ``--group`` completions, scores them with chain_sum's own verifier, normalises each
+problems x ``--group`` completions, scores them with the task's own verifier, normalises each
 group's rewards (mean 0, std 1, as TRL's ``scale_rewards=group``), and takes one optimizer step on
 the advantage-weighted log-probabilities of the sampled tokens (no clipping needed: one update per
 generation, so the ratio is 1), with the gradient clipped at 1 as the recipe does. Held-out accuracy
-per sample (64 problems x 8, temperature 1) every 40 steps. Results: benchmarks/arithmetic.md.
+per sample (the job's held-out problems, samples and temperature) every 40 steps. Results: benchmarks/arithmetic.md.
 
 Usage, on the model a recipe run started from (its job folder's run_info.json names it)::
 
@@ -24,20 +24,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-SETTINGS = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}  # conf/recipe/arithmetic.yaml
-HELD_OUT_SHARE = 0.2  # dataset.eval_fraction
-EVAL_PROBLEMS, EVAL_SAMPLES = 64, 8
-MAX_NEW_TOKENS = 48  # the recipe's grpo.max_completion_length
-STD_EPSILON = 1e-4  # TRL's, in the group normalisation
-
 
 def main() -> None:
     import reasoning_gym
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
+    from grpo_exp.folder import read_yaml
     from grpo_exp.rewards.task import tagged_answer
     from grpo_exp.tasks.problems import Region, draw
+    from grpo_exp.training.trl_private import STD_EPSILON  # TRL's, in the group normalisation
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--job", type=Path, required=True, help="a +recipe=arithmetic job folder: its starting model")
@@ -51,11 +47,14 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     folder = json.loads((args.job / "run_info.json").read_text())["model"]["path"]
+    config = read_yaml(args.job / "config.yaml")  # the job's task, held-out region and sampling
+    data, grpo = config["dataset"], config["grpo"]
+    task, settings = data["task"], data["task_settings"]
     tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)  # the warm-up's own pre-tokenizer
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    train = draw("chain_sum", SETTINGS, args.seed + 1000, 4000, Region(HELD_OUT_SHARE, False))
-    held_out = draw("chain_sum", SETTINGS, 0, EVAL_PROBLEMS, Region(HELD_OUT_SHARE, True))
-    verifier = reasoning_gym.create_dataset("chain_sum", size=1, seed=0, **SETTINGS)
+    train = draw(task, settings, args.seed + 1000, 4000, Region(data["eval_fraction"], False))
+    held_out = draw(task, settings, 0, data["eval_samples"], Region(data["eval_fraction"], True))
+    verifier = reasoning_gym.create_dataset(task, size=1, seed=0, **settings)
 
     def sample(batch, k):
         chats = [[{"role": "user", "content": e["question"]}] for e in batch]
@@ -65,9 +64,9 @@ def main() -> None:
             out = model.generate(
                 **enc,
                 do_sample=True,
-                temperature=1.0,
+                temperature=grpo["temperature"],
                 top_k=0,
-                max_new_tokens=MAX_NEW_TOKENS,
+                max_new_tokens=grpo["max_completion_length"],
                 num_return_sequences=k,
                 pad_token_id=tokenizer.pad_token_id,
             )
@@ -78,7 +77,7 @@ def main() -> None:
 
     def held_out_accuracy() -> float:
         model.eval()
-        scores = [sample(held_out[i : i + 16], EVAL_SAMPLES)[3] for i in range(0, len(held_out), 16)]
+        scores = [sample(held_out[i : i + 16], grpo["num_generations_eval"])[3] for i in range(0, len(held_out), 16)]
         return torch.cat(scores).eq(1.0).float().mean().item()
 
     params = model.parameters()
