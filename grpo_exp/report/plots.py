@@ -39,7 +39,7 @@ KL_TITLE = "KL divergence from the reference model per step"
 TASK_TITLE = "Held-out task accuracy (pass@1) per evaluation"
 LEVEL_TITLE = "Curriculum level of each step's problems"
 # What the task reward logs per step in a curriculum run (grpo_exp.tasks.curriculum.LEVEL_METRIC, which the
-# report's layer may not import; tests/test_report_plots.py holds them equal).
+# report's layer may not import; tests/test_compare.py holds them equal).
 LEVEL_METRIC = "curriculum/level"
 # Cell text turns white on the dark half of the colour map.
 DARK_SHARE = 0.5
