@@ -3,6 +3,7 @@ the task metrics (mean@n, unbiased pass@k); the curriculum's levels; the task wa
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -12,7 +13,7 @@ import pytest
 from grpo_exp import dataset
 from grpo_exp.config.schema import TinyRecipe
 from grpo_exp.errors import UserError
-from grpo_exp.models.warmup_task import task_replies
+from grpo_exp.models.warmup_task import habit_corpus, task_replies
 from grpo_exp.rewards.compose import build_rewards
 from grpo_exp.rewards.task import task_accuracy, task_format
 from grpo_exp.rewards.task_metrics import group_metrics, log_task_metrics, pass_at_k
@@ -187,6 +188,19 @@ def test_the_task_warm_up_keeps_out_of_the_held_out_region_and_its_steps_add_up(
             assert eval(left) == int(result)
         assert last == f"<answer>{steps[-1].split(' = ')[1]}</answer>"
         assert int(steps[-1].split(" = ")[1]) == eval(reply.prompt.rsplit(":", 1)[1].rstrip("= "))
+
+
+def test_the_habit_phase_answers_its_share_at_once_and_still_keeps_out_of_the_held_out_region():
+    recipe = TinyRecipe(task="chain_sum", task_settings=SMALL, held_out_share=0.2, corpus_size=400, habit_share=0.8)
+    replies = habit_corpus(recipe)
+    held = {p["question"] for p in draw("chain_sum", SMALL, 0, 100, Region(0.2, held_out=True))}
+    assert len(replies) == 400 and not held & {r.prompt for r in replies}
+    at_once = [r for r in replies if "=" not in r.reply]
+    assert 0.72 < len(at_once) / len(replies) < 0.88
+    for reply in at_once:  # right answers, only without the working: the habit is skipping it, not erring
+        assert reply.reply == f"<answer>{eval(reply.prompt.rsplit(':', 1)[1].rstrip('= '))}</answer>"
+    assert all(r.reply.splitlines()[0].count(" = ") == 1 for r in replies if r not in at_once)
+    assert all("=" in r.reply for r in habit_corpus(dataclasses.replace(recipe, habit_share=0.0)))
 
 
 def test_slipped_warm_up_replies_carry_the_slip_to_the_answer():

@@ -56,6 +56,27 @@ def test_build_is_deterministic_and_loads_through_from_pretrained(tmp_path):
     assert a.generation_config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
 
 
+def test_a_habit_phase_follows_the_warm_up_on_its_own_corpus_steps_and_rate(tmp_path, monkeypatch):
+    sums = {"min_terms": 2, "max_terms": 3, "max_digits": 1}
+    task = dataclasses.replace(
+        SMALL, scenarios={"task": 1.0}, task="chain_sum", task_settings=sums, held_out_share=0.2, habit_steps=4,
+        habit_share=1.0, habit_lr=1e-4,
+    )  # fmt: skip
+    phases = []
+    real = tiny.warm_up
+
+    def recorded(model, tokenizer, corpus, recipe, steps, lr):
+        phases.append((steps, lr, sum("=" not in example.reply for example in corpus) / len(corpus)))
+        real(model, tokenizer, corpus, recipe, steps, lr)
+
+    monkeypatch.setattr(tiny, "warm_up", recorded)
+    tiny.build(task, tmp_path)
+    assert phases == [(3, SMALL.sft_lr, 0.0), (4, 1e-4, 1.0)]  # worked replies first, then the habit
+    (tmp_path / "none").mkdir()
+    tiny.build(dataclasses.replace(task, habit_steps=0), tmp_path / "none")
+    assert len(phases) == 3
+
+
 def test_the_build_is_the_same_whatever_threads_the_job_set(tmp_path):
     """A sweep job at threads=1 builds the model a plain run builds: the warm-up's float sums
     depend on torch's thread count, so the build pins its own."""

@@ -86,6 +86,9 @@ class TinyRecipe:
     task_settings: dict[str, Any] = field(default_factory=dict)
     held_out_share: float = 0.0  # the task's held-out region, kept out of the warm-up (dataset.eval_fraction)
     error_share: float = 0.0  # share of worked task replies with one step that slips
+    habit_steps: int = 0  # after the warm-up, steps on task replies that often skip the working (a habit)
+    habit_share: float = 0.0  # share of the habit phase's task replies that give the answer at once
+    habit_lr: float = 3e-4  # the habit phase's starting learning rate (decays to 0, like the warm-up's)
     seed: int = 0
 
 

@@ -4,7 +4,8 @@ Recipe: a byte-level BPE tokenizer trained on the shipped text, with Qwen3's cha
 and tool calls in ``<tool_call>`` tags), so chat prompts go through the same ``apply_chat_template``
 path as real models and TRL parses the embedded model's tool calls as it parses Qwen's;
 a small Qwen2-architecture model; a short supervised warm-up on replies composed by
-``warmup.build_corpus``. The result is saved with ``save_pretrained`` under a cache folder named by
+``warmup.build_corpus`` (for a task recipe with ``habit_steps``, then a habit phase on
+``warmup_task.habit_corpus``). The result is saved with ``save_pretrained`` under a cache folder named by
 a hash of the recipe and the shipped files, so it is built once and loaded like any hub model.
 """
 
@@ -28,6 +29,7 @@ from grpo_exp.cache import cache_root
 from grpo_exp.config.schema import TinyRecipe
 from grpo_exp.models.examples import Example
 from grpo_exp.models.warmup import build_corpus, corpus_files
+from grpo_exp.models.warmup_task import habit_corpus
 from grpo_exp.shipped import shipped_file
 
 log = logging.getLogger(__name__)
@@ -136,7 +138,9 @@ def _build(recipe: TinyRecipe, out: Path) -> None:
         pad_token_id=tokenizer.convert_tokens_to_ids(PAD),
     )
     model = Qwen2ForCausalLM(config)
-    warm_up(model, tokenizer, corpus, recipe)
+    warm_up(model, tokenizer, corpus, recipe, recipe.sft_steps, recipe.sft_lr)
+    if recipe.habit_steps:
+        warm_up(model, tokenizer, habit_corpus(recipe), recipe, recipe.habit_steps, recipe.habit_lr)
     model.generation_config.eos_token_id = config.eos_token_id
     model.generation_config.pad_token_id = config.pad_token_id
     model.save_pretrained(out)
@@ -192,7 +196,7 @@ def _pre_tokenizer(digits: bool):
     )
 
 
-def warm_up(model, tokenizer, corpus: list[Example], recipe: TinyRecipe) -> None:
+def warm_up(model, tokenizer, corpus: list[Example], recipe: TinyRecipe, steps: int, lr: float) -> None:
     """Supervised next-token training on the replies (prompt tokens masked out of the loss).
 
     Every batch draws from the whole corpus, so scenarios meet in one update and the model learns
@@ -203,19 +207,19 @@ def warm_up(model, tokenizer, corpus: list[Example], recipe: TinyRecipe) -> None
     import torch
 
     rows = [_encode(tokenizer, example) for example in corpus]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.sft_lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / recipe.sft_steps)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
     generator = torch.Generator().manual_seed(recipe.seed)
     model.train()
-    for step in range(recipe.sft_steps):
+    for step in range(steps):
         input_ids, labels = _pad(_batch(rows, recipe.sft_batch_tokens, generator), tokenizer.pad_token_id)
         loss = model(input_ids=input_ids, attention_mask=input_ids != tokenizer.pad_token_id, labels=labels).loss
         loss.backward()
         optimizer.step()
         schedule.step()
         optimizer.zero_grad()
-        if step % SFT_LOG_EVERY == 0 or step == recipe.sft_steps - 1:
-            log.info("tiny model warm-up step %d/%d: loss %.3f", step + 1, recipe.sft_steps, loss.item())
+        if step % SFT_LOG_EVERY == 0 or step == steps - 1:
+            log.info("tiny model warm-up step %d/%d: loss %.3f", step + 1, steps, loss.item())
     model.eval()
 
 
