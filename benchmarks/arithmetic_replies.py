@@ -14,47 +14,33 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from collections import Counter
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.task_job import TaskJob, load, sample
+
 WORKING = "="  # every worked line is "total op term = result"; an answer given at once has none
 SAMPLES = 8  # per problem, as the recipe's mean@8
+BATCH = 16  # problems sampled together
 
 
-def replies(folder: Path, job: Path, seed: int) -> dict[tuple[int, str], tuple[int, int]]:
-    """(terms, "worked" | "at once") -> (right, replies) for the model in ``folder``."""
-    import reasoning_gym
+def replies(task: TaskJob, folder: Path, seed: int) -> dict[tuple[int, str], tuple[int, int]]:
+    """(terms, "worked" | "at once") -> (right, replies) for the model in ``folder`` on the job's held-out problems."""
     import torch
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from grpo_exp.folder import read_yaml
     from grpo_exp.rewards.task import tagged_answer
-    from grpo_exp.tasks.problems import Region, draw
 
-    config = read_yaml(job / "config.yaml")
-    data, grpo = config["dataset"], config["grpo"]
-    task, settings = data["task"], data["task_settings"]
-    held_out = draw(task, settings, data["split_seed"], data["eval_samples"], Region(data["eval_fraction"], True))
-    verifier = reasoning_gym.create_dataset(task, size=1, seed=0, **settings)
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)  # the warm-up's own pre-tokenizer
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    held_out = task.problems(held_out=True, count=task.data["eval_samples"])
+    verifier = task.verifier()
+    model, tokenizer = load(folder)
     torch.manual_seed(seed)
     right, total = Counter(), Counter()
-    for entry in held_out:
-        chat = [{"role": "user", "content": entry["question"]}]
-        prompt = tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-        with torch.no_grad():
-            out = model.generate(
-                **prompt,
-                do_sample=True,
-                temperature=grpo["temperature"],
-                top_k=0,
-                max_new_tokens=grpo["max_completion_length"],
-                num_return_sequences=SAMPLES,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-        for text in tokenizer.batch_decode(out[:, prompt["input_ids"].shape[1] :], skip_special_tokens=True):
+    for start in range(0, len(held_out), BATCH):
+        batch = held_out[start : start + BATCH]
+        for i, text in enumerate(sample(model, tokenizer, batch, task.grpo, SAMPLES)[3]):
+            entry = batch[i // SAMPLES]
             kind = (entry["metadata"]["num_terms"], "worked" if WORKING in text else "at once")
             right[kind] += verifier.score_answer(tagged_answer(text, "answer"), entry) == 1.0
             total[kind] += 1
@@ -75,9 +61,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     args = p.parse_args()
     for job in args.jobs:
-        start = Path(json.loads((job / "run_info.json").read_text())["model"]["path"])
-        print(line(f"{job.name} before", replies(start, job, args.seed)))
-        print(line(f"{job.name} after", replies(job / "model", job, args.seed)))
+        task = TaskJob.read(job)
+        print(line(f"{job.name} before", replies(task, task.starting_model, args.seed)))
+        print(line(f"{job.name} after", replies(task, task.saved_model, args.seed)))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ Usage, on the model a recipe run started from (its job folder's run_info.json na
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from pathlib import Path
@@ -26,13 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> None:
-    import reasoning_gym
     import torch
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from grpo_exp.folder import read_yaml
+    from benchmarks.task_job import TaskJob, load, sample
     from grpo_exp.rewards.task import tagged_answer
-    from grpo_exp.tasks.problems import Region, draw
     from grpo_exp.training.trl_private import STD_EPSILON  # TRL's, in the group normalisation
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -46,38 +42,21 @@ def main() -> None:
     args = p.parse_args()
 
     torch.manual_seed(args.seed)
-    folder = json.loads((args.job / "run_info.json").read_text())["model"]["path"]
-    config = read_yaml(args.job / "config.yaml")  # the job's task, held-out region and sampling
-    data, grpo = config["dataset"], config["grpo"]
-    task, settings = data["task"], data["task_settings"]
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)  # the warm-up's own pre-tokenizer
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    train = draw(task, settings, args.seed + 1000, 4000, Region(data["eval_fraction"], False))
-    held_out = draw(task, settings, 0, data["eval_samples"], Region(data["eval_fraction"], True))
-    verifier = reasoning_gym.create_dataset(task, size=1, seed=0, **settings)
+    job = TaskJob.read(args.job)  # the job's task, held-out region and sampling
+    grpo = job.grpo
+    model, tokenizer = load(job.starting_model)
+    train = job.problems(held_out=False, count=4000, seed=args.seed + 1000)
+    held_out = job.problems(held_out=True, count=job.data["eval_samples"])
+    verifier = job.verifier()
 
-    def sample(batch, k):
-        chats = [[{"role": "user", "content": e["question"]}] for e in batch]
-        prompts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in chats]
-        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        with torch.no_grad():
-            out = model.generate(
-                **enc,
-                do_sample=True,
-                temperature=grpo["temperature"],
-                top_k=0,
-                max_new_tokens=grpo["max_completion_length"],
-                num_return_sequences=k,
-                pad_token_id=tokenizer.pad_token_id,
-            )
-        completions = out[:, enc["input_ids"].shape[1] :]
-        texts = tokenizer.batch_decode(completions, skip_special_tokens=True)
+    def scored(batch, k):
+        enc, out, completions, texts = sample(model, tokenizer, batch, grpo, k)
         scores = [verifier.score_answer(tagged_answer(t, "answer"), batch[i // k]) for i, t in enumerate(texts)]
         return enc, out, completions, torch.tensor(scores, dtype=torch.float32)
 
     def held_out_accuracy() -> float:
         model.eval()
-        scores = [sample(held_out[i : i + 16], grpo["num_generations_eval"])[3] for i in range(0, len(held_out), 16)]
+        scores = [scored(held_out[i : i + 16], grpo["num_generations_eval"])[3] for i in range(0, len(held_out), 16)]
         return torch.cat(scores).eq(1.0).float().mean().item()
 
     params = model.parameters()
@@ -87,7 +66,7 @@ def main() -> None:
     solved: list[float] = []
     for step in range(1, args.steps + 1):
         batch = rng.sample(train, args.problems)
-        enc, out, completions, scores = sample(batch, args.group)
+        enc, out, completions, scores = scored(batch, args.group)
         groups = scores.view(args.problems, args.group)
         advantages = ((groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + STD_EPSILON)).view(-1)
         solved.append(scores.eq(1.0).float().mean().item())
