@@ -1,7 +1,8 @@
 """GRPO's update written out by hand, outside TRL, on the arithmetic recipe's warmed-up model.
 
-The question it answers: when ``+recipe=arithmetic`` fails to raise held-out accuracy, is that
-grpo-exp's or TRL's code, or the method on this model? This loop samples ``--problems`` training
+The question it answered (benchmarks/arithmetic.md, third session): when ``+recipe=arithmetic``, then
+without its habit phase, did not raise held-out accuracy, was that grpo-exp's or TRL's code, or the
+method on this model? This loop samples ``--problems`` training
 problems x ``--group`` completions, scores them with the task's own verifier, normalises each
 group's rewards (mean 0, std 1, as TRL's ``scale_rewards=group``), and takes one optimizer step on
 the advantage-weighted log-probabilities of the sampled tokens (no clipping needed: one update per

@@ -21,6 +21,7 @@ EXTRA = {
     "reward/support_agent": ["dataset=support_agent", "agent=support"],  # the agent's columns and tools
     "reward/math": ["dataset=gsm8k_sample"],  # a dataset with a reference answer per record
     "reward/reasoning_gym": ["dataset=reasoning_gym"],  # a task entry per problem, for its verifier
+    "model/tiny_arithmetic": ["dataset=reasoning_gym"],  # warmed up on the dataset's task
 }
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir())
 OPTIONS = [f"{g}/{f.stem}" for g in GROUPS for f in sorted((CONF_DIR / g).glob("*.yaml"))]

@@ -174,7 +174,8 @@ def test_model_mistakes(settings):
     assert "unknown model.source 'hubb'; known: pretrained, tiny" in fails(settings, "model.source=hubb")
     message = fails(settings, "+model.recipe.scenarios.poetry=0.5")
     assert "unknown ['poetry']; known: code_generation, content_creation, customer_service" in message
-    assert "habit_steps needs a task" in fails(settings, "model.recipe.habit_steps=100")
+    assert "need a reasoning-gym task: add dataset=reasoning_gym" in fails(settings, "model.recipe.habit_steps=100")
+    assert "need a reasoning-gym task" in fails(settings, "model=tiny_arithmetic")  # the dataset gives no task
 
 
 def test_4bit_without_lora_is_refused(settings, monkeypatch):

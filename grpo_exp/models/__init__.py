@@ -58,10 +58,10 @@ class _Tiny:
             raise UserError(f"model.recipe.scenarios: unknown {unknown}; known: {', '.join(warmup.scenarios())}")
         if not any(recipe.scenarios.values()):
             raise UserError("model.recipe.scenarios gives every scenario a share of 0: nothing to warm up on")
-        if recipe.habit_steps and not recipe.task:
+        if (recipe.scenarios.get("task") or recipe.habit_steps) and not recipe.task:
             raise UserError(
-                "model.recipe.habit_steps needs a task whose replies the habit phase writes: set "
-                "model.recipe.task, or use model=tiny_arithmetic, which takes the dataset's"
+                "the tiny model's task replies need a reasoning-gym task: add dataset=reasoning_gym "
+                "dataset.task=<name> (model=tiny_arithmetic takes the dataset's), or set model.recipe.task"
             )
         key = tiny.recipe_key(recipe)
         return ModelSource("tiny", str(tiny.cache_path(key)), key)
