@@ -60,9 +60,14 @@ def main() -> None:
     p.add_argument("jobs", type=Path, nargs="+", help="finished +recipe=arithmetic job folders")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     args = p.parse_args()
+    # Jobs of one sweep start from one model on the same problems: its replies are sampled once.
+    starts: dict[tuple[Path, str, str], str] = {}
     for job in args.jobs:
         task = TaskJob.read(job)
-        print(line(f"{job.name} before", replies(task, task.starting_model, args.seed)))
+        start = (task.starting_model, repr(task.data), repr(task.grpo))
+        if start not in starts:
+            starts[start] = line("before", replies(task, task.starting_model, args.seed))
+        print(f"{job.name} {starts[start]}")
         print(line(f"{job.name} after", replies(task, task.saved_model, args.seed)))
 
 

@@ -2,12 +2,12 @@
 
 The question it answered (benchmarks/arithmetic.md, third session): when ``+recipe=arithmetic``, then
 without its habit phase, did not raise held-out accuracy, was that grpo-exp's or TRL's code, or the
-method on this model? This loop samples ``--problems`` training
-problems x ``--group`` completions, scores them with the task's own verifier, normalises each
-group's rewards (mean 0, std 1, as TRL's ``scale_rewards=group``), and takes one optimizer step on
-the advantage-weighted log-probabilities of the sampled tokens (no clipping needed: one update per
-generation, so the ratio is 1), with the gradient clipped at 1 as the recipe does. Held-out accuracy
-per sample (the job's held-out problems, samples and temperature) every 40 steps. Results: benchmarks/arithmetic.md.
+method on this model? This loop samples ``--problems`` training problems x ``--group`` completions,
+scores them with the task's own verifier, normalises each group's rewards (mean 0, std 1, as TRL's
+``scale_rewards=group``), and takes one optimizer step on the advantage-weighted log-probabilities of
+the sampled tokens (no clipping needed: one update per generation, so the ratio is 1), with the gradient
+clipped at 1 as the recipe does. Held-out accuracy per sample (the job's held-out problems, samples and
+temperature) every 40 steps. Results: benchmarks/arithmetic.md.
 
 Usage, on the model a recipe run started from (its job folder's run_info.json names it)::
 

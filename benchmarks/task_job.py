@@ -55,9 +55,8 @@ def load(folder: Path) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32), PreTrainedTokenizerFast.from_pretrained(
-        folder
-    )
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    return model, PreTrainedTokenizerFast.from_pretrained(folder)
 
 
 def sample(
