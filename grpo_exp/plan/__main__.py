@@ -4,11 +4,11 @@
 Options: ``--gpu-memory 24GiB`` plans for a GPU of that size (on any machine, native bf16 assumed);
 ``--launcher zero3`` / ``--processes 8`` plan a launch (accelerate configs in accelerate/);
 ``--json`` prints one JSON object (a sweep's: its jobs under ``jobs``, the largest peak on top),
-and for a sweep how many of its jobs ``+launcher=parallel`` runs at a time and the bound that decided
-(``launch``; ``sweep.packing``), on this machine or on one given by ``--gpus`` (of ``--gpu-memory``
-each), ``--cores`` and ``--host-memory``;
 with ``verdict`` "fits" | "tight" | "does not fit" (``fits`` is true only for "fits": the line
 between them is ``memory.estimate``'s ``FITS_SHARE``);
+a ``-m`` sweep also says how many of its jobs ``+launcher=parallel`` runs at a time and the bound
+that decided (``launch``; ``sweep.packing``), on this machine or on one described by ``--gpus`` (of
+``--gpu-memory`` each), ``--cores`` and ``--host-memory``;
 ``--probe`` also runs ``grpo_exp.plan.probe`` on the job (it loads the model) and shows its result
 (under ``probe`` in the JSON). Exit 2 with one line for bad input; a plan that doesn't fit is
 still exit 0. A plan imports no torch, except the first time a model shape is planned (one of its
@@ -66,9 +66,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory", help="plan for a GPU of this size, e.g. 24GiB, 80GB")
     p.add_argument("--launcher", help="an accelerate config: ddp, zero2, zero3, fsdp (accelerate/) or a path")
     p.add_argument("--processes", type=int, help="training processes (GPUs); default: the launcher's, WORLD_SIZE")
-    p.add_argument("--gpus", type=int, help="a sweep's jobs at a time on this many GPUs; default: this machine's")
-    p.add_argument("--cores", type=int, help="a sweep's jobs at a time on this many cores; default: this machine's")
-    p.add_argument("--host-memory", help="... and this much host memory, e.g. 128GiB; default: what is free here")
+    p.add_argument(
+        "--gpus", type=int, help="pack a sweep's jobs on this many GPUs of --gpu-memory; default: this machine's, or 1"
+    )
+    p.add_argument("--cores", type=int, help="pack a sweep's jobs on this many cores; default: this machine's")
+    p.add_argument(
+        "--host-memory", help="pack a sweep's jobs in this much free host memory, e.g. 128GiB; default: this machine's"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--probe", action="store_true", help="also probe the job for real (loads the model)")
     return p

@@ -155,7 +155,6 @@ class SweepNeeds:
 
         if host_memory is None and not planned:
             host_memory = packing.machine_host_memory()
-
         on_gpus: tuple[packing.Gpu, ...] = ()
         if self.gpu_bytes is not None:
             if self.gpu_memory is None:

@@ -7,8 +7,9 @@ cause, and the others train on to their end. The sweep's exit status and resume 
 (``sweep.outcome``).
 
 The parent starts no CUDA: its jobs' layouts (decided by the preflight, ``config.layout``) count
-the GPUs and give their memory; each job that trains on a GPU is handed one as ``GRPO_EXP_GPU`` and
-keeps it alone when it starts (``Layout.claim``). Every job's layout counts, not the first's: one
+the GPUs and give their memory, and their specs give the threads, memory plans and host memory that
+``n_jobs=auto`` packs by (``sweep.packing``); each job that trains on a GPU is handed one as
+``GRPO_EXP_GPU`` and keeps it alone when it starts (``Layout.claim``). Every job's layout counts, not the first's: one
 sweep's jobs may differ (``device=cpu,cuda``), and a job on the CPU takes no GPU slot.
 Hydra only looks for launchers in its ``hydra_plugins`` namespace, so the class Hydra instantiates
 is ``hydra_plugins.grpo_exp_plugins.parallel_launcher.ParallelLauncher``; it calls ``launch`` here.
