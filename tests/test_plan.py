@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from grpo_exp import hardware
 from grpo_exp.config.schema import TinyRecipe
+from grpo_exp.errors import UserError
 from grpo_exp.memory import architectures
 from grpo_exp.memory.architectures import from_config, lora_parameters, meta_parameters, shipped_configs
 from grpo_exp.memory.estimate import GIB, plan_architecture
 from grpo_exp.memory.target import Target
-from grpo_exp.plan.__main__ import main, parse_size
+from grpo_exp.plan.__main__ import main, parse_size, parser, run
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_QWEN = {
@@ -209,12 +211,53 @@ def test_an_over_budget_job_lists_remedies_each_lower(capsys):
         (["--gpu-memory", "banana"], "--gpu-memory banana"),
         (["model=no_such_preset"], "no_such_preset"),
         (["--launcher", "nope"], "--launcher nope"),
+        (["-m", "--cores", "0"], "--cores 0: give 1 or more"),
+        (["-m", "--gpus", "0"], "--gpus 0: give 1 or more"),
+        (["-m", "--host-memory", "lots"], "--host-memory lots: give a size"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, says):
     run = subprocess.run([sys.executable, "-m", "grpo_exp.plan", *argv], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 2
     assert says in run.stderr and len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+
+
+SWEEP_ON_AN_H200 = ["-m", "seed=0,1", "+launcher=parallel", "--gpu-memory", "141GB", "--gpus", "1", "--cores", "16"]
+
+
+def test_a_tiny_sweep_on_a_planned_h200_runs_as_many_jobs_as_cores(capsys):
+    """Issue 59: GPU memory alone allowed 156 of the default's jobs at a time on one H200 with 16 cores."""
+    assert main(SWEEP_ON_AN_H200) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("launch (+launcher=parallel): 2 jobs, 16 at a time on GPU 0: the cores (16 cores")
+    planned = _plan(capsys, *SWEEP_ON_AN_H200)
+    launch, by_memory = planned["launch"], int(0.9 * 141e9 // planned["peak_bytes"])
+    assert (launch["at_once"], launch["bound"], launch["gpus"]) == (16, "the cores", {"0": by_memory})
+    assert by_memory > 100  # GPU memory alone would start them all
+    assert launch["host_memory_counted"] is False  # a planned machine's memory is not this one's
+    code = (
+        "import sys; from grpo_exp.plan.__main__ import main; code = main(sys.argv[1:]); "
+        "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(code)"
+    )
+    run = subprocess.run([sys.executable, "-c", code, *SWEEP_ON_AN_H200], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0 and "16 at a time on GPU 0: the cores" in run.stdout, run.stderr
+
+
+def test_a_planned_sweep_is_bound_by_the_host_memory_given(capsys):
+    launch = _plan(capsys, *SWEEP_ON_AN_H200, "--gpus", "2", "--host-memory", "8GiB")["launch"]
+    assert launch["bound"] == "host memory" and launch["host_memory_counted"] is True
+    assert launch["at_once"] == 3 and len(launch["gpus"]) == 2  # 2.2 GiB a GPU job in 7.2 GiB (8 less 10 %)
+    assert launch["why"].startswith("2.2 GiB a job in 8.0 GiB available, 10% kept free")
+
+
+def test_a_sweep_under_another_launcher_is_not_packed(capsys):
+    assert _plan(capsys, "-m", "seed=0,1")["launch"] == {"jobs": 2, "parallel_launcher": False}
+
+
+@pytest.mark.skipif(hardware.driver_present(), reason="this machine's GPUs give the size")
+def test_planned_gpus_need_their_size():
+    with pytest.raises(UserError, match="--gpus 2: give each GPU's memory too"):
+        run(parser().parse_known_args(["-m", "seed=0,1", "+launcher=parallel", "--gpus", "2"])[0], ["seed=0,1"])
 
 
 def test_sizes():

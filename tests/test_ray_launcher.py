@@ -76,7 +76,7 @@ def test_ray_jobs_share_a_gpu_as_the_parallel_launchers_auto_packs_them(monkeypa
     monkeypatch.setattr(preflight, "_SPECS", {})
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         configs = {n: compose("config", job, return_hydra_config=True) for n, job in enumerate(qwen_jobs())}
-    fit = launcher._slots("auto", 0.1, configs, configs[0])[1].room[0]  # n_jobs=auto: jobs on one GPU
+    fit = launcher._slots("auto", 0.1, configs)[0].slots.room[0]  # n_jobs=auto: jobs on one GPU by memory
     assert fit > 1 and [o["num_gpus"] for o in options] == [1 / fit] * 2
 
 

@@ -6,6 +6,9 @@ Options: ``--gpu-memory 24GiB`` plans for a GPU of that size (on any machine, na
 ``--json`` prints one JSON object (a sweep's: its jobs under ``jobs``, the largest peak on top),
 with ``verdict`` "fits" | "tight" | "does not fit" (``fits`` is true only for "fits": the line
 between them is ``memory.estimate``'s ``FITS_SHARE``);
+a ``-m`` sweep also says how many of its jobs ``+launcher=parallel`` runs at a time and the bound
+that decided (``launch``; ``sweep.packing``), on this machine or on one described by ``--gpus`` (of
+``--gpu-memory`` each), ``--cores`` and ``--host-memory``;
 ``--probe`` also runs ``grpo_exp.plan.probe`` on the job (it loads the model) and shows its result
 (under ``probe`` in the JSON). Exit 2 with one line for bad input; a plan that doesn't fit is
 still exit 0. A plan imports no torch, except the first time a model shape is planned (one of its
@@ -45,12 +48,12 @@ UNITS = {
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
-def parse_size(text: str) -> int:
-    """``24GiB``, ``24GB``, ``80G``, ``16000MiB`` or bytes; a one-line UserError otherwise."""
+def parse_size(text: str, flag: str = "--gpu-memory") -> int:
+    """``24GiB``, ``24GB``, ``80G``, ``16000MiB`` or bytes; a one-line UserError naming ``flag`` otherwise."""
     match = _SIZE.match(text)
     unit = match.group(2).lower() if match else None
     if match is None or unit not in UNITS or float(match.group(1)) <= 0:
-        raise UserError(f"--gpu-memory {text}: give a size such as 24GiB, 80GB or 16000MiB")
+        raise UserError(f"{flag} {text}: give a size such as 24GiB, 80GB or 16000MiB")
     return int(float(match.group(1)) * UNITS[unit])
 
 
@@ -63,6 +66,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory", help="plan for a GPU of this size, e.g. 24GiB, 80GB")
     p.add_argument("--launcher", help="an accelerate config: ddp, zero2, zero3, fsdp (accelerate/) or a path")
     p.add_argument("--processes", type=int, help="training processes (GPUs); default: the launcher's, WORLD_SIZE")
+    p.add_argument(
+        "--gpus", type=int, help="pack a sweep's jobs on this many GPUs of --gpu-memory; default: this machine's, or 1"
+    )
+    p.add_argument("--cores", type=int, help="pack a sweep's jobs on this many cores; default: this machine's")
+    p.add_argument(
+        "--host-memory", help="pack a sweep's jobs in this much free host memory, e.g. 128GiB; default: this machine's"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--probe", action="store_true", help="also probe the job for real (loads the model)")
     return p
@@ -86,16 +96,19 @@ def run(args: argparse.Namespace, overrides: list[str]) -> str:
     from grpo_exp.plan import jobs
 
     gpu_memory = parse_size(args.gpu_memory) if args.gpu_memory is not None else None
-    if args.processes is not None and args.processes < 1:
-        raise UserError(f"--processes {args.processes}: give 1 or more")
+    host_memory = parse_size(args.host_memory, "--host-memory") if args.host_memory is not None else None
+    for flag, value in (("--processes", args.processes), ("--gpus", args.gpus), ("--cores", args.cores)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} {value}: give 1 or more")
     launch = jobs.launch(args.launcher, args.processes)
     composed = list(jobs.composed_jobs(overrides, args.multirun))
-    texts, dicts = [], []
+    texts, dicts, sweep = [], [], jobs.SweepNeeds()
     for number, (job, settings) in enumerate(composed, 1):
-        planned_gpu = gpu_memory is not None or settings.model.quantization.load_in_4bit
+        planned_gpu = gpu_memory is not None or args.gpus is not None or settings.model.quantization.load_in_4bit
         layout, simulated = jobs.layout_for(settings, launch.processes, planned_gpu)
         target = job_target(settings, layout, gpu_memory, launch.sharding, simulated)
         plan = memory_plan_of_settings(settings, target)
+        sweep.add(settings, layout, target, plan.peak_bytes, simulated)
         entry: dict[str, Any] = {"overrides": job, **plan.to_dict()}
         title = f"job {number}/{len(composed)}: {' '.join(job) or '(defaults)'}"
         text = format_plan(plan, title)
@@ -104,6 +117,12 @@ def run(args: argparse.Namespace, overrides: list[str]) -> str:
             text += "\n" + probe_text
         texts.append(text)
         dicts.append(entry)
+    packed = None
+    if args.multirun:
+        given = (args.gpu_memory, args.gpus, args.cores, args.host_memory)
+        machine = sweep.machine(args.cores, host_memory, args.gpus, planned=any(g is not None for g in given))
+        packed = jobs.sweep_packing([job for job, _ in composed], machine, sweep)
+        texts.append(packed.line())
     if not args.json:
         return "\n\n".join(texts)
     if len(dicts) == 1 and not args.multirun:
@@ -118,6 +137,8 @@ def run(args: argparse.Namespace, overrides: list[str]) -> str:
         "items": largest["items"],
         "jobs": dicts,
     }
+    if packed is not None:
+        summary["launch"] = packed.to_dict()
     return json.dumps(summary, indent=2)
 
 

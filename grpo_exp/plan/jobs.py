@@ -114,3 +114,104 @@ def layout_for(settings: ExperimentConfig, processes: int, planned_gpu: bool) ->
     elif where is None:
         where = layout.decide(settings, hardware.Machine("", cuda_build=False, driver=False))
     return dataclasses.replace(where, processes=processes), simulated
+
+
+@dataclass
+class SweepNeeds:
+    """What a planned sweep's jobs take of a machine, gathered job by job (``sweep.packing.Needs``)."""
+
+    threads: list[int | None] = dataclasses.field(default_factory=list)
+    host_bytes: int = 0  # the most host memory one job's process takes
+    gpu_bytes: int | None = None  # the largest planned GPU peak (None: no job trains on a GPU)
+    gpu_memory: int | None = None  # the planned GPU's memory (--gpu-memory, or this machine's)
+    gpus_here: int = 0  # this machine's GPUs, when a job's layout is this machine's
+    simulated: bool = False  # a job's GPU is a planned one
+
+    def add(self, settings: ExperimentConfig, layout: Any, target: Any, peak_bytes: int, simulated: bool) -> None:
+        from grpo_exp.sweep import packing
+
+        self.threads.append(settings.threads)
+        self.host_bytes = max(
+            self.host_bytes, packing.host_bytes(settings, layout.gpu, layout.weight_dtype, peak_bytes)
+        )
+        if layout.gpu:
+            self.gpu_bytes = max(self.gpu_bytes or 0, peak_bytes)
+            self.gpu_memory = self.gpu_memory or target.memory
+            self.simulated = self.simulated or simulated
+            if not simulated:
+                self.gpus_here = max(self.gpus_here, layout.gpus_visible)
+
+    def needs(self) -> Any:
+        from grpo_exp.sweep import packing
+
+        return packing.Needs(packing.most_threads(self.threads), self.host_bytes, self.gpu_bytes)
+
+    def machine(self, cores: int | None, host_memory: int | None, gpus: int | None, planned: bool) -> Any:
+        """The machine the sweep is packed on. ``planned`` (a machine flag was given): the one given,
+        ``--cores`` (else this machine's), ``--gpus`` of ``--gpu-memory`` each (one unless given), and
+        ``--host-memory`` (else not counted: this machine's free memory says nothing of that one's);
+        otherwise this machine."""
+        from grpo_exp.sweep import packing
+
+        if host_memory is None and not planned:
+            host_memory = packing.machine_host_memory()
+        on_gpus: tuple[packing.Gpu, ...] = ()
+        if self.gpu_bytes is not None:
+            if self.gpu_memory is None:
+                raise UserError(f"--gpus {gpus}: give each GPU's memory too, e.g. --gpu-memory 80GB")
+            count = gpus or (1 if self.simulated else max(1, self.gpus_here))
+            on_gpus = tuple(packing.Gpu(i, self.gpu_memory) for i in range(count))
+        return packing.Machine(cores or packing.machine_cores(), host_memory, on_gpus)
+
+
+@dataclass(frozen=True)
+class SweepPacking:
+    """How many of a planned sweep's jobs ``+launcher=parallel`` runs at a time, and why (None: the
+    sweep runs under another launcher, whose jobs' settings, ``threads`` included, differ)."""
+
+    jobs: int
+    packing: Any  # sweep.packing.Packing, or None
+    host_counted: bool  # the machine's host memory was known (given, or this machine's)
+
+    def line(self) -> str:
+        if self.packing is None:
+            return f"launch: {self.jobs} jobs; add +launcher=parallel to plan how many run at a time"
+        from grpo_exp.sweep import packing
+
+        auto = self.packing.bound.name != packing.GIVEN
+        unknown = "; host memory not counted (--host-memory)" if auto and not self.host_counted else ""
+        return f"launch (+launcher=parallel): {self.jobs} jobs, {self.packing.describe()}{unknown}"
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.packing is None:
+            return {"jobs": self.jobs, "parallel_launcher": False}
+        bound, slots = self.packing.bound, self.packing.slots
+        return {
+            "jobs": self.jobs,
+            "parallel_launcher": True,
+            "at_once": self.packing.at_once,
+            "bound": bound.name,
+            "why": bound.why,
+            "gpus": {str(g): room for g, room in slots.room.items()} if slots else {},  # GPU -> jobs it may hold
+            "host_memory_counted": self.host_counted,
+        }
+
+
+def sweep_packing(jobs: Sequence[list[str]], machine: Any, needs: SweepNeeds) -> SweepPacking:
+    """The parallel launcher's packing of the sweep's jobs on ``machine``, with the sweep's ``n_jobs``
+    and ``memory_margin``; no packing when the sweep runs under another launcher."""
+    from hydra import initialize_config_dir
+
+    from grpo_exp.config.schema import register_schema
+    from grpo_exp.job.preflight import compose_job
+    from grpo_exp.sweep import packing
+    from hydra_plugins.grpo_exp_plugins.parallel_launcher import ParallelLauncherConf
+
+    register_schema()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        launcher = compose_job(PRIMARY_CONFIG, jobs[0], with_hydra=True).hydra.launcher
+    counted = machine.host_memory_bytes is not None
+    if str(launcher.get("_target_", "")) != ParallelLauncherConf._target_:
+        return SweepPacking(len(jobs), None, counted)
+    n_jobs = packing.parse_n_jobs(launcher.n_jobs)
+    return SweepPacking(len(jobs), packing.plan_slots(n_jobs, machine, needs.needs(), launcher.memory_margin), counted)

@@ -7,8 +7,9 @@ cause, and the others train on to their end. The sweep's exit status and resume 
 (``sweep.outcome``).
 
 The parent starts no CUDA: its jobs' layouts (decided by the preflight, ``config.layout``) count
-the GPUs and give their memory; each job that trains on a GPU is handed one as ``GRPO_EXP_GPU`` and
-keeps it alone when it starts (``Layout.claim``). Every job's layout counts, not the first's: one
+the GPUs and give their memory, and their specs give the threads, memory plans and host memory that
+``n_jobs=auto`` packs by (``sweep.packing``); each job that trains on a GPU is handed one as
+``GRPO_EXP_GPU`` and keeps it alone when it starts (``Layout.claim``). Every job's layout counts, not the first's: one
 sweep's jobs may differ (``device=cpu,cuda``), and a job on the CPU takes no GPU slot.
 Hydra only looks for launchers in its ``hydra_plugins`` namespace, so the class Hydra instantiates
 is ``hydra_plugins.grpo_exp_plugins.parallel_launcher.ParallelLauncher``; it calls ``launch`` here.
@@ -75,9 +76,9 @@ def launch(
     sweep_dir.mkdir(parents=True, exist_ok=True)
     numbered = [(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
     configs = {n: job_config(hydra_context, config, n, o) for n, o in numbered}
-    at_once, slots, on_gpu = _slots(n_jobs, memory_margin, configs, config)
-    where = f" on GPUs {', '.join(map(str, slots.room))}" if slots else " on the CPU"
-    log.info("launching %d jobs, %d at a time%s, into %s", len(numbered), at_once, where, sweep_dir)
+    packed, on_gpu = _slots(n_jobs, memory_margin, configs)
+    at_once, slots = packed.at_once, packed.slots
+    log.info("launching %d jobs, %s; into %s", len(numbered), packed.describe(), sweep_dir)
     for number, overrides in numbered:
         log.info("\t#%d : %s", number, " ".join(filter_overrides(overrides)))
 
@@ -124,42 +125,54 @@ def _folder(sweep_config: DictConfig) -> Path:
 
 @dataclass(frozen=True)
 class GpuPlan:
-    """What a sweep's jobs need of this machine's GPUs, from every job's spec (layout and memory plan)."""
+    """What a sweep's jobs need of this machine, from every job's spec (layout and memory plan)."""
 
     on_gpu: frozenset[int]  # the jobs whose layout trains on a GPU; the others train on the CPU
     gpus: tuple[packing.Gpu, ...]  # the GPUs they share (none when every job trains on the CPU)
-    peak_bytes: int | None  # the largest planned peak among them (None when not asked for)
+    peak_bytes: int | None  # the largest planned GPU peak among them (None when not asked for, or no GPU job)
+    host_bytes: int | None = None  # the most host memory one job's process takes (None when not asked for)
+    threads: int | None = None  # the most torch threads a job runs (None: some job runs torch's default)
 
     def jobs_per_gpu(self, margin: float) -> int:
         """How many of the jobs fit one GPU with ``margin`` of its memory kept free (``n_jobs=auto``'s packing)."""
         return packing.jobs_per_gpu(self.peak_bytes or 0, self.gpus[0].memory_bytes, margin)
 
+    def needs(self) -> packing.Needs:
+        return packing.Needs(self.threads, self.host_bytes, self.peak_bytes)
+
 
 def gpu_plan(configs: dict[int, DictConfig], with_peak: bool) -> GpuPlan:
     """The GPUs the jobs of ``configs`` (number -> sweep config) train on, from their own layouts, which the
-    preflight decided; ``with_peak``: also their memory plans' largest peak (each plan takes a moment)."""
+    preflight decided, and the most threads a job runs; ``with_peak``: also their memory plans' largest
+    GPU peak and the most host memory a job takes (each plan takes a moment)."""
     from grpo_exp.job.preflight import job_spec
 
     specs = {n: job_spec(_task_config(c)) for n, c in configs.items()}
+    threads = packing.most_threads([spec.settings.threads for spec in specs.values()])
     on_gpu = frozenset(n for n, spec in specs.items() if spec.layout.gpu)
-    if not on_gpu:
-        return GpuPlan(on_gpu, (), None)
-    layout = specs[min(on_gpu)].layout  # the GPUs of one machine are taken to be alike
-    memory = layout.gpu_memory_bytes or 0
-    gpus = tuple(packing.Gpu(i, memory) for i in range(layout.gpus_visible))
-    peak = max(_peak(specs[n], memory) for n in on_gpu) if with_peak else None
-    return GpuPlan(on_gpu, gpus, peak)
+    gpus: tuple[packing.Gpu, ...] = ()
+    memory = 0
+    if on_gpu:
+        layout = specs[min(on_gpu)].layout  # the GPUs of one machine are taken to be alike
+        memory = layout.gpu_memory_bytes or 0
+        gpus = tuple(packing.Gpu(i, memory) for i in range(layout.gpus_visible))
+    if not with_peak:
+        return GpuPlan(on_gpu, gpus, None, None, threads)
+    peaks = {n: _peak(spec, memory if n in on_gpu else None) for n, spec in specs.items()}
+    host = max(
+        packing.host_bytes(spec.settings, n in on_gpu, spec.layout.weight_dtype, peaks[n]) for n, spec in specs.items()
+    )
+    peak = max((peaks[n] for n in on_gpu), default=None)
+    return GpuPlan(on_gpu, gpus, peak, host, threads)
 
 
-def _slots(
-    n_jobs: Any, margin: float, configs: dict[int, DictConfig], config: DictConfig
-) -> tuple[int, packing.GpuSlots | None, frozenset[int]]:
-    """Jobs at a time, the GPU slots, and the jobs that take one, from ``n_jobs`` (a number or ``auto``)
-    and every job's spec (``gpu_plan``)."""
+def _slots(n_jobs: Any, margin: float, configs: dict[int, DictConfig]) -> tuple[packing.Packing, frozenset[int]]:
+    """Jobs at a time with the bound that decided, the GPU slots, and the jobs that take one, from
+    ``n_jobs`` (a number or ``auto``), this machine, and every job's spec (``gpu_plan``)."""
     wanted = packing.parse_n_jobs(n_jobs)
     plan = gpu_plan(configs, with_peak=wanted is None)
-    cores, threads = packing.machine_cores(), config.get("threads")
-    return (*packing.plan_slots(wanted, plan.gpus, plan.peak_bytes, margin, cores, threads), plan.on_gpu)
+    machine = packing.Machine(packing.machine_cores(), packing.machine_host_memory(), plan.gpus)
+    return packing.plan_slots(wanted, machine, plan.needs(), margin), plan.on_gpu
 
 
 def _task_config(sweep_config: DictConfig) -> DictConfig:
@@ -170,7 +183,8 @@ def _task_config(sweep_config: DictConfig) -> DictConfig:
     return cfg
 
 
-def _peak(spec: Any, gpu_memory: int) -> int:
+def _peak(spec: Any, gpu_memory: int | None) -> int:
+    """The job's planned peak on its device: a GPU's of ``gpu_memory``, or on the CPU its whole process."""
     from grpo_exp.memory.estimate import memory_plan
 
     return memory_plan(spec, gpu_memory, remedies=False).peak_bytes

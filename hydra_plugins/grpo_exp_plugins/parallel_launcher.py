@@ -19,8 +19,8 @@ from hydra_plugins.grpo_exp_plugins.launch_setup import LaunchSetup
 @dataclass
 class ParallelLauncherConf:
     _target_: str = "hydra_plugins.grpo_exp_plugins.parallel_launcher.ParallelLauncher"
-    n_jobs: Any = "auto"  # jobs at a time, or auto: the cores / threads, or what the memory plan fits per GPU
-    memory_margin: float = 0.1  # share of each GPU's memory that auto leaves out of the plan
+    n_jobs: Any = "auto"  # jobs at a time, or auto: the tightest of the cores, host memory, GPU memory (packing.py)
+    memory_margin: float = 0.1  # share of each GPU's memory, and of the free host memory, auto leaves out of the plan
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="parallel", node=ParallelLauncherConf, provider="grpo_exp")
