@@ -50,6 +50,7 @@ def refused(settings, *overrides: str) -> str:
             "eval/rewards/accuracy/mean is at most 1",
         ),
         (["dataset.curriculum.metric=eval/reward", "dataset.curriculum.raise_at=5"], "eval/reward is at most 1"),
+        (["dataset.curriculum.metric=eval/curriculum/level"], "the level can't wait on itself"),
     ],
 )
 def test_a_curriculum_that_could_never_move_up_is_refused(settings, overrides, says):
@@ -64,6 +65,7 @@ def test_a_curriculum_that_could_never_move_up_is_refused(settings, overrides, s
         ["dataset.curriculum.metric=eval/pass@4", "grpo.num_generations_eval=4"],
         ["dataset.curriculum.metric=eval/rewards/accuracy/mean", "dataset.curriculum.raise_at=1"],
         ["dataset.curriculum.metric=eval/reward", "dataset.curriculum.raise_at=0.95"],
+        ["dataset.curriculum.metric=eval/frac_solved"],
     ],
 )
 def test_a_curriculum_whose_metric_is_logged_and_reachable_passes(settings, overrides):

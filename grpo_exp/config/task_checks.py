@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 from grpo_exp.config.schema import ExperimentConfig
 from grpo_exp.errors import UserError
-from grpo_exp.rewards.stages import RUN_METRICS
-from grpo_exp.tracking.metrics import EVAL_PREFIX
+from grpo_exp.rewards.solved import SOLVED, SOLVED_GROUPS
+from grpo_exp.rewards.stages import RUN_METRICS, STAGE_METRIC
+from grpo_exp.tasks.curriculum import LEVEL_METRIC
+from grpo_exp.tracking.metrics import EVAL_PREFIX, IS_RATIO, LOGP_DIFFERENCE, TOOL_CALLS, TOOL_FAILURES
 
 # Training problems of a generated task are drawn, tokenized and held in memory before the first step
 # (chain_sum draws about 4,000 a second, knight_swap about 2), and TRL goes through them again after
@@ -28,6 +30,16 @@ MAX_TRAINING_PROBLEMS = 200_000
 MAX_HELD_OUT_PROBLEMS = 10_000
 TASK_METRIC = re.compile(r"^(?P<kind>pass|mean)@(?P<n>\d+)$")  # rewards/task_metrics.py's names
 PART_METRIC_FORMS = ("mean", "std", "group_std")  # rewards/<part>/<form>, as compose.py logs them
+# What else a held-out evaluation logs, besides the run metrics every step has (TRL's and Trainer's names).
+EVAL_EXTRAS = (
+    "loss",
+    "runtime",
+    "samples_per_second",
+    "steps_per_second",
+    "num_tokens",
+    *(f"completions/{k}_{length}" for k in ("mean", "min", "max") for length in ("length", "terminated_length")),
+    *(f"clip_ratio/{k}" for k in ("low_mean", "high_mean", "region_mean", "low_min", "high_max")),
+)
 SHOWN = 6  # logged names listed in a message
 
 
@@ -74,7 +86,15 @@ def held_out_metrics(settings: ExperimentConfig) -> dict[str, Span]:
     """Every number a held-out evaluation of this config logs (metrics.jsonl's ``eval/...`` names), with the
     values it can take where they are known: a part's mean is at most its best score (unless another part
     scales it), the reward at most the weighted sum of those, a task metric a share."""
-    logged = {EVAL_PREFIX + name: ANY for name in RUN_METRICS}
+    names = {*RUN_METRICS, *EVAL_EXTRAS}
+    if any(part.start_step > 0 or part.start_when is not None for part in settings.reward.parts.values()):
+        names.add(STAGE_METRIC)
+    if settings.agent.tools:
+        names |= {TOOL_CALLS, TOOL_FAILURES}
+    if settings.grpo.use_vllm:
+        names |= {LOGP_DIFFERENCE, *(IS_RATIO + k for k in ("min", "mean", "max"))}
+    logged = {EVAL_PREFIX + name: ANY for name in names}
+    logged |= {EVAL_PREFIX + SOLVED: SHARE, EVAL_PREFIX + SOLVED_GROUPS: SHARE}
     best: list[float | None] = []  # each part's most towards the reward (None: unknown)
     for name, part in settings.reward.parts.items():
         for form in PART_METRIC_FORMS:
@@ -118,6 +138,8 @@ def check_curriculum_metric(settings: ExperimentConfig) -> None:
 def _why_not_logged(settings: ExperimentConfig, metric: str, logged: dict[str, Span]) -> str:
     """Why held-out evaluations never log ``metric``, and the fix."""
     name = metric.removeprefix(EVAL_PREFIX)
+    if name == LEVEL_METRIC:
+        return "the level can't wait on itself; wait on a held-out score, e.g. eval/pass@1"
     never = "held-out evaluations never log it, so the level would never rise"
     if not metric.startswith(EVAL_PREFIX):
         if EVAL_PREFIX + metric in logged:
