@@ -126,8 +126,9 @@ def check_dataset(data: DatasetSettings) -> set[str] | None:
     LOADERS.get(data.source)
     held_out = _check_file(_existing(data.eval_path, "dataset.eval_path"), data) if data.eval_path else None
     if data.source == "reasoning_gym":
+        from grpo_exp.tasks.checks import check_task
         from grpo_exp.tasks.curriculum import check_curriculum
-        from grpo_exp.tasks.problems import TASK_ENTRY, check_task
+        from grpo_exp.tasks.problems import TASK_ENTRY
 
         check_task(data.task, data.task_settings)
         if data.curriculum.enabled:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from grpo_exp.config.task_checks import held_out_metrics
 from grpo_exp.folder import read_rows
 from grpo_exp.tracking.metrics import eval_rows, training_rows
 from tests.conftest import ROOT
@@ -31,7 +32,7 @@ def test_a_wrong_task_name_is_one_line_and_exit_2(tmp_path):
     assert len(errors) == 1 and "did you mean chain_sum" in errors[0] and "Traceback" not in result.stderr
 
 
-def test_the_issue_command_logs_the_tasks_accuracy_and_held_out_pass_at_k(tmp_path):
+def test_the_issue_command_logs_the_tasks_accuracy_and_held_out_pass_at_k(tmp_path, settings):
     out = tmp_path / "job"
     result = run(*TASK, "grpo.max_steps=3", *SHORT, out=out)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -44,6 +45,9 @@ def test_the_issue_command_logs_the_tasks_accuracy_and_held_out_pass_at_k(tmp_pa
     summary = json.loads((out / "summary.json").read_text())
     assert summary["final_eval_pass@1"] == held[-1]["eval/pass@1"]
     assert set(summary["eval_task"]) == {"mean@4", "pass@1", "pass@4"}
+    # what a curriculum may wait on (config/task_checks.py) is what the held-out rows carry, the level aside
+    logged = {key for row in held for key in row if key.startswith("eval/")} - {"eval/curriculum/level"}
+    assert logged == set(held_out_metrics(settings(*TASK, "grpo.max_steps=3", *SHORT)))
 
 
 @pytest.mark.e2e  # two curriculum stages, a resume and an evaluation: a few minutes

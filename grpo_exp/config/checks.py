@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from grpo_exp.config import batch
+from grpo_exp.config import batch, task_checks
 from grpo_exp.config.schema import ExperimentConfig, HoldFixed, MasterWeights, TinyRecipe
 from grpo_exp.errors import UserError
 
@@ -187,6 +187,7 @@ def check(settings: ExperimentConfig) -> None:
         _check_rollback(settings)
     if settings.dataset.curriculum.enabled:
         _check_curriculum(settings)
+    task_checks.check(settings)
 
 
 def _check_curriculum(settings: ExperimentConfig) -> None:
