@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import struct
@@ -160,6 +161,15 @@ def test_outcome_block_names_status_reward_kl_alerts_and_folder(tmp_path):
     text = format_outcome(summary, tmp_path, "saved offline; upload with: wandb sync x")
     assert "150 (resumed from step 100)" in text and "0.100 -> 0.940" in text and "kl_drift (step 10)" in text
     assert str(tmp_path) in text and "wandb sync x" in text
+
+
+def test_outcome_block_shows_a_nan_final_evaluation_as_nan(tmp_path):
+    """Issue 60: the final evaluation is no longer replaced by an earlier one; a NaN one must still print."""
+    from grpo_exp.tracking.metrics import summarize_eval
+
+    for evaluations, shown in (([0.4, math.nan], "0.400 -> nan"), ([math.nan], "none -> nan")):
+        held_out = summarize_eval([{"step": 5 * i + 5, "eval/reward": v} for i, v in enumerate(evaluations)])
+        assert shown in format_outcome({"status": "completed", **held_out}, tmp_path, None)
 
 
 def run_py(*args: str) -> subprocess.CompletedProcess[str]:
