@@ -1,4 +1,4 @@
-"""The sweep's decision over seeds, as the report says it: the verdict's first bullet, the table of
+"""The sweep's decision over seeds, as the report says it: the verdict's first bullets, the table of
 configurations with their intervals (report.md and ``intervals.csv``), and the job table's order.
 
 The statistics are ``intervals.py``'s and the decision ``decision.py``'s; this module words them.
@@ -50,7 +50,7 @@ def _seed(job: JobRecord) -> Any:
 
 def decision_lines(sweep: Sweep, decision: Decision | None, note: str = "") -> list[str]:
     """The verdict's first bullet: the decision, in the words of its outcome; ``note`` ends it (the leader's
-    stability rank)."""
+    stability rank). A bullet naming the seeds run more than once follows it."""
     if decision is None:
         return [f"- **No result:** no job completed with a {sweep.objective}."]
     leader, settings = decision.leader, decision.settings
