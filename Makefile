@@ -66,7 +66,9 @@ RECORDED := $(SETUP_TORCH)|$(SETUP_EXTRAS)|$(SETUP_WHEELHOUSE)|$(SETUP_CONSTRAIN
 setup: $(STAMP) sandbox-tools browser-tools
 
 # Torch and the project in one pip call, so the vllm extra's torch pin picks the one torch to download.
-$(STAMP): pyproject.toml $(if $(filter-out $(RECORDED),$(CHOICES)),FORCE)
+# The constraints file in use is a prerequisite: a venv set up before `make lock` (or a pull) changed the
+# lock is set up again, so local tests run the stack CI tests.
+$(STAMP): pyproject.toml $(CONSTRAINT_FILE) $(if $(filter-out $(RECORDED),$(CHOICES)),FORCE)
 	$(PYTHON) -m venv $(if $(filter none,$(TORCH)),--system-site-packages) $(VENV)
 	$(if $(WHEELHOUSE),,$(BIN)/python -m pip install --quiet --upgrade pip)
 	$(if $(filter-out $(or $(SETUP_TORCH),$(DEFAULT_TORCH)),$(TORCH)),$(BIN)/python -m pip uninstall --quiet --yes torch)
@@ -167,13 +169,20 @@ test-latest:
 # The lock: what pip installs for pyproject's requirements with the default extras into an empty venv
 # (resolved with --ignore-installed, nothing installed), every package pinned but the torch stack, which
 # TORCH picks. `make setup` installs it; CI tests it. Regenerate it after changing a requirement.
+# Each step writes beside the lock, and make stops at the first that fails (its own recipe line; a pipe
+# would hide a failure): the lock is replaced, in one rename, only by a listing that pins packages.
 LOCK ?= constraints/lock.txt
+LOCK_TEMPS = $(LOCK).json $(LOCK).pins $(LOCK).new
 lock:
 	$(RESOLVE) --report $(LOCK).json "$(DEFAULT_TORCH)" ".[$(DEFAULT_EXTRAS)]"
+	$(PYTHON) tools/wheelhouse.py list $(LOCK).json --leave-out '$(TORCH_STACK)' > $(LOCK).pins \
+		|| { rm -f $(LOCK_TEMPS); echo "make lock: listing $(LOCK).json failed; $(LOCK) is unchanged" >&2; exit 1; }
+	@grep -q '==' $(LOCK).pins \
+		|| { rm -f $(LOCK_TEMPS); echo "make lock: the resolution pins no package; $(LOCK) is unchanged" >&2; exit 1; }
 	{ echo '# The exact set `make setup` installs by default and CI tests, written by `make lock`: the packages'; \
 		echo '# pip resolves for pyproject.toml with the extras $(DEFAULT_EXTRAS), torch left to TORCH.'; \
-		$(PYTHON) tools/wheelhouse.py list $(LOCK).json --leave-out '$(TORCH_STACK)' | sort -f; } > $(LOCK).new
-	mv $(LOCK).new $(LOCK) && rm -f $(LOCK).json
+		sort -f $(LOCK).pins; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK) && rm -f $(LOCK_TEMPS)
 	@echo "$$(grep -c '==' $(LOCK)) packages pinned in $(LOCK)"
 
 # ---- offline set-up: `make wheelhouse` on a connected machine, then on the node (no index):

@@ -28,6 +28,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import logging
 import os
 import platform
 import re
@@ -38,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo_exp.errors import UserError
+
+log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -223,7 +226,7 @@ class JobFolder:
         """Keep the rows of steps up to ``step`` (metrics and profiles): the steps after it are trained again."""
         for path in (self.metrics, self.profiles_file):
             if path.is_file():
-                kept = [line for line in path.read_text(encoding="utf-8").splitlines() if _row_step(line) <= step]
+                kept = [line for _, line in _text_lines(path) if line is not None and _row_step(line) <= step]
                 write_text(path, "".join(line + "\n" for line in kept))
 
 
@@ -280,23 +283,35 @@ def read_yaml(path: Path) -> Any:
         return None
 
 
-def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The JSON objects of a JSON Lines file, and how many lines were torn (not JSON objects)."""
+def read_rows(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The JSON objects of a JSON Lines file, and the numbers of its torn lines (not JSON objects, or not UTF-8
+    text: skipped, the latter with a warning)."""
     if not path.is_file():
-        return [], 0
-    rows, torn = [], 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
+        return [], []
+    rows, torn = [], []
+    for number, line in _text_lines(path):
+        if line is not None and not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line) if line is not None else None
         except json.JSONDecodeError:
             row = None
         if isinstance(row, dict):
             rows.append(row)
         else:
-            torn += 1
+            torn.append(number)
     return rows, torn
+
+
+def _text_lines(path: Path) -> Iterator[tuple[int, str | None]]:
+    """Each line of ``path`` with its number (from 1), None for one that is not UTF-8 (a disk or a copy that
+    damaged it): the rest of the file still reads, and a warning names the line."""
+    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            yield number, raw.decode("utf-8")
+        except UnicodeDecodeError:
+            log.warning("%s: line %d is not UTF-8 text; skipped", path, number)
+            yield number, None
 
 
 def append_line(path: Path, row: dict[str, Any]) -> None:

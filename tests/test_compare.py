@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 import statistics
 import struct
@@ -440,3 +441,30 @@ def test_a_run_without_task_metrics_draws_no_task_figures(tmp_path):
     report = write_report(tmp_path)
     assert not (report.parent / "task_accuracy_curves.png").exists()
     assert not (report.parent / "curriculum_levels.png").exists()
+
+
+def test_a_nan_final_evaluation_is_a_failed_job_not_an_earlier_score(tmp_path):
+    """Issue 60: `final_eval_reward` fell back to an earlier evaluation (the base model's, at worst) past a NaN."""
+    held_out = summarize_eval([{"step": 0, "eval/reward": 0.9}, {"step": 20, "eval/reward": float("nan")}])
+    assert math.isnan(held_out["final_eval_reward"]) and held_out["evaluations"] == 2
+    write_job(tmp_path, "0", ["+tag=a"], ramp(0.8), eval_rewards={0: 0.9, 10: 0.5, 20: float("nan")})
+    write_job(tmp_path, "1", ["+tag=b"], ramp(0.4), eval_rewards={0: 0.2, 10: 0.3, 20: 0.4})
+    report = write_report(tmp_path, plots=False)
+    verdict = section(report, "Verdict")
+    assert verdict.strip().startswith("- **Only configuration that completed:** `tag=b` (final_eval_reward 0.400")
+    assert "- **Failed:** job 0 (`tag=a`): its final evaluation (step 20) scored NaN" in verdict
+    assert {row["job"]: (row["status"], row["final_eval_reward"]) for row in read_csv(report)}["0"] == ("failed", "")
+
+
+def test_a_metrics_file_with_bytes_that_are_not_utf8_is_reported_with_the_line_named(tmp_path, caplog):
+    """Issue 60: non-UTF-8 bytes in metrics.jsonl crashed the report with UnicodeDecodeError."""
+    job = write_job(tmp_path, "0", ["optimizer.lr=1e-3"], ramp(0.8), status=None)
+    metrics = job / "metrics.jsonl"
+    lines = metrics.read_bytes().splitlines()
+    lines[4] = b'{"step": 5, "reward": 0.3, "x": "\xff"}'
+    metrics.write_bytes(b"\n".join(lines) + b"\n")
+    with caplog.at_level("WARNING"):
+        report = write_report(tmp_path, plots=False)
+    assert f"{metrics}: line 5 is not UTF-8 text; skipped" in caplog.text
+    assert "job 0: 1 torn line(s) in metrics.jsonl skipped (line 5)" in section(report, "Notes")
+    assert "19 steps logged" in section(report, "Verdict")

@@ -65,6 +65,21 @@ def test_a_venv_set_up_before_the_lock_is_set_up_again_with_it(tmp_path):
     assert install_args(pip(dry_run(venv, "run"))[-1])[-2:] == ["-c", LOCK]
 
 
+def test_a_venv_set_up_before_its_lock_changed_is_set_up_again_with_the_new_one(tmp_path):
+    """Issue 60: `make setup` in an existing venv never reinstalled after the lock changed (a pull, `make lock`),
+    so local tests ran another stack than CI's. A lock of its own: the repository's stays as it is."""
+    venv, lock = tmp_path / "venv", tmp_path / "lock.txt"
+    lock.write_text("trl==1.16.0\n")
+    set_up_as(venv, "torch==2.13.0", CPU_EXTRAS, str(lock))
+    checkout = (ROOT / "pyproject.toml").stat().st_mtime
+    os.utime(lock, (0, 0))  # written before the set-up
+    os.utime(venv / ".installed", (checkout + 1, checkout + 1))
+    assert pip(dry_run(venv, "setup")) == []
+    os.utime(lock, (checkout + 2, checkout + 2))  # the lock changed since
+    for target in ("setup", "run"):
+        assert install_args(pip(dry_run(venv, target))[-1])[-2:] == ["-c", str(lock)], f"make {target}"
+
+
 def test_a_set_up_with_vllm_takes_the_stack_vllm_resolves(tmp_path):
     """The lock's transformers is newer than vLLM allows: the vllm extra's default is the low end."""
     installs = pip(dry_run(tmp_path / "venv", "setup", "TORCH=torch", "EXTRAS=dev,vllm"))

@@ -11,7 +11,7 @@ import pytest
 
 from grpo_exp.config.schema import VerdictSettings
 from grpo_exp.report.compare import write_report
-from grpo_exp.report.decision import Outcome, decide
+from grpo_exp.report.decision import BEST_NO_INTERVAL, Outcome, decide
 from grpo_exp.report.intervals import IQM, MEAN, interval, probability_of_improvement, seeds_to_separate
 from tests.test_compare import ramp, section, write_job
 
@@ -181,3 +181,70 @@ def test_verdict_settings_out_of_range_fail_in_one_line(settings, override, mess
     with pytest.raises(UserError, match=re.escape(message)) as err:
         check(settings(override))
     assert "\n" not in str(err.value)
+
+
+# -- issue 60: what a careless sweep did to the verdict -----------------------------------------------
+
+
+def test_a_seed_run_twice_counts_once_at_the_mean_of_its_runs(tmp_path):
+    """Two real seeds, each run twice, were "Clear best … over 4 seeds"; two seeds are not enough to tell."""
+    for arm, final in (("a", 0.8), ("b", 0.3)):
+        for job, seed in enumerate((0, 0, 1, 1)):
+            write_job(tmp_path, f"{arm}{job}", [f"+tag={arm}", f"seed={seed}"], ramp(final + 0.01 * job))
+    report = write_report(tmp_path, plots=False)
+    verdict = section(report, "Verdict").strip().splitlines()
+    assert verdict[0].startswith(
+        "- **Not enough seeds to tell:** `tag=a`, `tag=b` ran fewer than 4 seeds (2 seeds each)"
+    )
+    assert "`tag=a` (final_reward mean 0.815 " in verdict[0]  # seed 0: (0.80 + 0.81) / 2, seed 1: (0.82 + 0.83) / 2
+    assert verdict[1].startswith("- **Repeated seeds:** `tag=a` ran seed 0 in 2 jobs, seed 1 in 2 jobs; `tag=b` ran")
+    with (report.parent / "intervals.csv").open(newline="") as handle:
+        assert [row["seeds"] for row in csv.DictReader(handle)] == ["2", "2"]
+
+
+def test_a_seed_from_the_jobs_config_counts_when_no_override_names_it(tmp_path):
+    """Jobs that differ by nothing but a repeat ran the config's one seed: one seed, however many jobs."""
+    for arm, final in (("a", 0.8), ("b", 0.3)):
+        for job in range(4):
+            write_job(tmp_path, f"{arm}{job}", [f"+tag={arm}"], ramp(final + 0.01 * job))  # config.yaml: seed: 0
+    assert first_verdict(write_report(tmp_path, plots=False)).startswith("- **One seed per configuration:** `tag=a`")
+
+
+def test_seeds_that_scored_alike_but_for_float_noise_cant_be_told_apart():
+    """A 1e-7 gap between configurations whose seeds all scored alike was called a clear best."""
+    decision = decide({"a": [0.5 + 1e-7] * 4, "b": [0.5] * 4}, True, SETTINGS)
+    assert decision.outcome == Outcome.tied and decision.seeds_needed is None
+    assert decision.standings[1].improvement.probability == 0.5
+    apart = decide({"a": [1.0] * 4, "b": [0.0] * 4}, True, SETTINGS)  # all solve vs none: a real difference
+    assert apart.outcome == Outcome.clear_best and apart.standings[1].improvement.probability == 1.0
+    small = decide({"a": [2e-7] * 4, "b": [1e-7] * 4}, True, SETTINGS)  # small numbers are not noise
+    assert small.outcome == Outcome.clear_best
+
+
+def test_float_noise_is_reported_as_centres_that_no_seed_count_parts(tmp_path):
+    for arm, final in (("a", 0.5), ("b", 0.5 + 1e-7)):
+        for seed in range(SEEDS):
+            write_job(tmp_path, f"{arm}{seed}", [f"+tag={arm}", f"seed={seed}"], [0.1] * 19 + [final] * 1)
+    verdict = first_verdict(write_report(tmp_path, plots=False))
+    assert verdict.startswith("- **Can't be told apart:**") and "no number of seeds would part them" in verdict
+
+
+def test_when_the_others_completed_without_the_objective_the_verdict_says_so(tmp_path):
+    """ "The others did not complete" was said of configurations that completed, without a held-out reward."""
+    write_job(tmp_path, "0", ["+tag=a"], ramp(0.8), eval_rewards={0: 0.2, 20: 0.6})
+    write_job(tmp_path, "1", ["+tag=b"], ramp(0.4))
+    verdict = first_verdict(write_report(tmp_path, plots=False))
+    assert verdict.startswith("- **Only configuration with a `final_eval_reward`:** `tag=a` (final_eval_reward 0.600")
+    assert "`tag=b` completed without a `final_eval_reward`." in verdict and "did not" not in verdict
+
+
+def test_a_configuration_of_four_seeds_is_not_labelled_one_seed(tmp_path):
+    """Beside a one-seed leader, a 4-seed configuration's row said "one seed: no interval"."""
+    decision = decide({"a": [0.9], "b": [0.5, 0.6, 0.55, 0.52]}, True, SETTINGS)
+    assert decision.standings[1].interval.n == 4 and decision.standings[1].place == BEST_NO_INTERVAL
+    write_job(tmp_path, "0", ["+tag=a", "seed=0"], ramp(0.9))
+    for seed in range(SEEDS):
+        write_job(tmp_path, f"b{seed}", ["+tag=b", f"seed={seed}"], ramp(0.5 + 0.02 * seed))
+    rows = section(write_report(tmp_path, plots=False), "Configurations over seeds (not enough seeds)").splitlines()
+    four = next(row for row in rows if row.startswith("| `tag=b` | 4 |"))
+    assert "the best has one seed" in four and "| one seed" not in four

@@ -144,14 +144,46 @@ def test_each_form_models_write_is_read_and_can_be_turned_off(name):
     assert math_accuracy([reply], reference_answer=[reference], **without) == [0.0]
 
 
-def test_the_first_listed_answer_form_that_finds_an_answer_gives_it():
+def test_the_last_answer_marker_in_the_reply_gives_the_answer_whichever_kind():
+    """Issue 60: a \\boxed{} early in a reply beat its final `#### 17` line, being first in answer_forms."""
     forms = {"marker": "####", "phrases": ["the answer is"], "numbers": ()}
     reply = "3*6 = 18.\nThe answer is \\boxed{5}.\n#### 18"
-    assert find_answer(reply, Forms(("boxed", "marker"), **forms)) == "\\boxed{5}"
+    assert find_answer(reply, Forms(("boxed", "marker"), **forms)) == "18"
     assert find_answer(reply, Forms(("marker", "boxed"), **forms)) == "18"
+    assert find_answer(reply, Forms(("phrase", "boxed"), **forms)) == "\\boxed{5}"  # the box stands after the phrase
     assert find_answer(reply, Forms(("phrase",), **forms)) == "\\boxed{5}"
+    assert find_answer("#### 5\nno: the answer is 18.", Forms(("marker", "phrase"), **forms)) == "18"
     assert find_answer("3*6 = 18.\nThe answer is 18.\n#### ", Forms(("marker", "phrase"), **forms)) == "18"
     assert find_answer("3*6 = 18.", Forms(("boxed", "marker", "phrase", "latex"), **forms)) is None
+    # a fallback answers only when no marker does: the span after the marker is not the answer
+    assert find_answer("#### 18\nCheck: $3 \\cdot 6$", Forms(("latex", "marker"), **forms)) == "18"
+    assert find_answer("So $3 \\cdot 6 = 18$", Forms(("marker", "latex", "whole"), **forms)) == "$3 \\cdot 6 = 18$"
+    early_box = REASONING + "A first guess: \\boxed{12}. Checking again, 3*6 = 18.\n#### 18"
+    assert math_accuracy([early_box] * 2, reference_answer=["18", "12"], **ACCURACY) == [1.0, 0.0]
+
+
+def test_a_scientific_reference_reads_as_its_number():
+    """Issue 60: a reference `1e6` passed the check but was read as 1: "#### 1" scored 1.0, "#### 1000000" 0.0."""
+    replies = [reply("1"), reply("1000000"), reply("1e6"), reply("1,000,000")]
+    assert math_accuracy(replies, reference_answer=["1e6"] * 4, **ACCURACY) == [0.0, 1.0, 1.0, 1.0]
+    assert math_accuracy([reply("0.0025"), reply("2.5")], reference_answer=["2.5e-3"] * 2, **ACCURACY) == [1.0, 0.0]
+    check_references([{"answer": "#### 1e6"}], "answer", "####", "data.jsonl")  # it parses: as 1000000
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["17 \\vee 18", "$17 \\vee 18$", "17 or 18", "\\boxed{17 \\lor 18}", "17 \u2228 18", "16 or 17 or 18", "17\\vee18"],
+)
+def test_a_hedge_of_several_numbers_scores_zero_though_it_names_the_reference(answer):
+    """Issue 60: `17 \\vee 18` was scored on its last value alone, so hedging earned the point."""
+    assert math_accuracy([reply(answer)], reference_answer=["18"], **ACCURACY) == [0.0]
+
+
+def test_an_or_that_names_one_number_is_no_hedge():
+    assert math_accuracy([reply("18 or so"), reply("18, or more")], reference_answer=["18"] * 2, **ACCURACY) == [
+        1.0,
+        1.0,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -166,7 +198,8 @@ def test_the_first_listed_answer_form_that_finds_an_answer_gives_it():
     ],
 )
 def test_the_last_complete_boxed_answer_is_taken(reply, boxed):
-    assert last_boxed(reply) == boxed
+    found = last_boxed(reply)
+    assert (found and found.text) == boxed
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,13 @@ switched off, and the job trains."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -90,6 +93,48 @@ def test_a_wheelhouse_for_this_python_keeps_torch():
     assert all("--python-version" not in line and "--leave-out" not in line for line in lines)
     resolve = [line for line in lines if "--dry-run" in line]
     assert len(resolve) == 1 and '"torch==2.13.0"' in resolve[0]  # one resolution serves this Python
+
+
+OLD_LOCK = "# the lock as it was\nfoo==1.0\n"
+
+
+def make_lock(tmp_path, report: dict | None) -> tuple[subprocess.CompletedProcess, Path]:
+    """`make lock` into a lock of its own, its resolution skipped (RESOLVE=true): the listing reads ``report``
+    as pip's, or fails on a missing one (None)."""
+    lock = tmp_path / "lock.txt"
+    lock.write_text(OLD_LOCK)
+    if report is not None:
+        (tmp_path / "lock.txt.json").write_text(json.dumps(report))
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    variables = [f"LOCK={lock}", "RESOLVE=true", f"PYTHON={sys.executable}", f"VENV={tmp_path / 'venv'}"]
+    done = subprocess.run(
+        ["make", "--no-print-directory", "lock", *variables], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    return done, lock
+
+
+@needs_make
+@pytest.mark.parametrize(("report", "why"), [(None, "listing"), ({"install": []}, "pins no package")])
+def test_a_failed_lock_listing_fails_make_and_leaves_the_lock_whole(tmp_path, report, why):
+    """Issue 60: a listing that failed replaced constraints/lock.txt by its 2 comment lines, and make exited 0."""
+    done, lock = make_lock(tmp_path, report)
+    assert done.returncode != 0, done.stdout
+    assert lock.read_text() == OLD_LOCK
+    assert "make lock: " in done.stderr and why in done.stderr and f"{lock} is unchanged" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("lock.txt")) == ["lock.txt"]
+
+
+@needs_make
+def test_a_whole_lock_listing_replaces_the_lock_sorted_without_the_torch_stack(tmp_path):
+    done, lock = make_lock(tmp_path, REPORT)
+    assert done.returncode == 0, done.stderr
+    lines = lock.read_text().splitlines()
+    assert [line for line in lines if not line.startswith("#")] == [
+        "antlr4-python3-runtime==4.9.3",
+        "torchdata==0.11.0",
+        "trl==1.16.0",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("lock.txt")) == ["lock.txt"]
 
 
 def offline_env() -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import struct
@@ -91,6 +92,20 @@ def test_rewind_keeps_steps_up_to_the_checkpoint_and_drops_torn_lines(tmp_path):
     assert [json.loads(line)["step"] for line in profiles.read_text().splitlines()] == [0, 3]
 
 
+def test_a_metrics_line_that_is_not_utf8_is_skipped_with_a_warning_naming_it(tmp_path, caplog):
+    """Issue 60: a metrics.jsonl with non-UTF-8 bytes crashed `resume=` (and the report) with UnicodeDecodeError."""
+    metrics = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "reward": 0.1}).encode() for s in range(1, 6)]
+    lines[2] = b'{"step": 3, "reward": 0.1, "note": "\xff\xfe"}'
+    metrics.write_bytes(b"\n".join(lines) + b"\n")
+    folder = JobFolder(tmp_path)
+    with caplog.at_level("WARNING"):
+        assert [row["step"] for row in folder.rows()] == [1, 2, 4, 5]
+        folder.rewind(4)
+    assert f"{metrics}: line 3 is not UTF-8 text; skipped" in caplog.text
+    assert [json.loads(line)["step"] for line in metrics.read_text(encoding="utf-8").splitlines()] == [1, 2, 4]
+
+
 def test_differences_name_changed_keys_but_not_adjustable_ones(settings):
     old = settings()
     new = settings("grpo.beta=0.1", "grpo.max_steps=500", "reward.parts.format.weight=2")
@@ -146,6 +161,15 @@ def test_outcome_block_names_status_reward_kl_alerts_and_folder(tmp_path):
     text = format_outcome(summary, tmp_path, "saved offline; upload with: wandb sync x")
     assert "150 (resumed from step 100)" in text and "0.100 -> 0.940" in text and "kl_drift (step 10)" in text
     assert str(tmp_path) in text and "wandb sync x" in text
+
+
+def test_outcome_block_shows_a_nan_final_evaluation_as_nan(tmp_path):
+    """Issue 60: the final evaluation is no longer replaced by an earlier one; a NaN one must still print."""
+    from grpo_exp.tracking.metrics import summarize_eval
+
+    for evaluations, shown in (([0.4, math.nan], "0.400 -> nan"), ([math.nan], "none -> nan")):
+        held_out = summarize_eval([{"step": 5 * i + 5, "eval/reward": v} for i, v in enumerate(evaluations)])
+        assert shown in format_outcome({"status": "completed", **held_out}, tmp_path, None)
 
 
 def run_py(*args: str) -> subprocess.CompletedProcess[str]:

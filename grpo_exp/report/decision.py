@@ -36,7 +36,7 @@ class Standing:
     label: str
     interval: Interval
     improvement: Improvement | None  # None for the leader itself
-    place: str  # "best", "overlaps the best", "below the best", "one seed: no interval"
+    place: str  # BEST, OVERLAPS, BELOW, NO_INTERVAL (its one seed) or BEST_NO_INTERVAL (the leader's)
     seeds_to_separate: int | None = None  # for one that overlaps the leader
 
 
@@ -71,7 +71,9 @@ class Decision:
         return max([self.settings.enough_seeds, *needs])
 
 
-BEST, OVERLAPS, BELOW, NO_INTERVAL = "best", "overlaps the best", "below the best", "one seed: no interval"
+BEST, OVERLAPS, BELOW = "best", "overlaps the best", "below the best"
+# Without an interval on either side there is no comparison: say whose single seed it is.
+NO_INTERVAL, BEST_NO_INTERVAL = "one seed: no interval", "the best has one seed: no interval to compare"
 
 
 def decide(configs: Mapping[str, Sequence[float]], maximize: bool, settings: VerdictSettings) -> Decision | None:
@@ -86,8 +88,10 @@ def decide(configs: Mapping[str, Sequence[float]], maximize: bool, settings: Ver
     for label in ranked[1:]:
         own = intervals[label]
         improvement = probability_of_improvement(top.values, own.values, settings, maximize)
-        if not own.bounded or not top.bounded:
+        if not own.bounded:
             standings.append(Standing(label, own, improvement, NO_INTERVAL))
+        elif not top.bounded:
+            standings.append(Standing(label, own, improvement, BEST_NO_INTERVAL))
         elif own.overlaps(top):
             standings.append(Standing(label, own, improvement, OVERLAPS, seeds_to_separate(top, own)))
         else:

@@ -26,6 +26,10 @@ QUARTILE = 0.25
 # all scored alike (a probability of improvement of exactly 1 is common).
 METHOD = "percentile"
 MEAN, IQM = "mean", "IQM"
+# Two objectives this close are one number rounded two ways, not a difference: rewards are float32 means
+# (epsilon 1.2e-7), so seeds that all scored alike can land a few ulps apart. Relative, with a floor for zero.
+FLOAT_NOISE = 1e-6
+FLOAT_NOISE_FLOOR = 1e-12
 
 
 @dataclass(frozen=True)
@@ -49,10 +53,11 @@ class Interval:
         return self.low is not None and self.high is not None
 
     def overlaps(self, other: Interval) -> bool:
-        """Whether the two intervals share a point (closed intervals); False when either has none."""
+        """Whether the two intervals share a point (closed intervals, widened by float noise); False when either
+        has none."""
         if not (self.bounded and other.bounded):
             return False
-        return self.low <= other.high and other.low <= self.high
+        return _at_most(self.low, other.high) and _at_most(other.low, self.high)
 
 
 @dataclass(frozen=True)
@@ -107,9 +112,20 @@ def seeds_to_separate(a: Interval, b: Interval) -> int | None:
     if not (a.bounded and b.bounded):
         return None
     upper, lower = (a, b) if a.centre >= b.centre else (b, a)
+    if same_number(upper.centre, lower.centre):
+        return None
     gap = upper.centre - lower.centre
     facing = (upper.centre - upper.low) * math.sqrt(upper.n) + (lower.high - lower.centre) * math.sqrt(lower.n)
-    return math.floor((facing / gap) ** 2) + 1 if gap > 0 else None
+    return math.floor((facing / gap) ** 2) + 1
+
+
+def same_number(a: float, b: float) -> bool:
+    """Whether ``a`` and ``b`` differ by float noise only (``FLOAT_NOISE``)."""
+    return math.isclose(a, b, rel_tol=FLOAT_NOISE, abs_tol=FLOAT_NOISE_FLOOR)
+
+
+def _at_most(a: float, b: float) -> bool:
+    return a <= b or same_number(a, b)
 
 
 def _centre(data: Any, statistic: str, axis: int = -1) -> Any:
@@ -120,11 +136,13 @@ def _centre(data: Any, statistic: str, axis: int = -1) -> Any:
 
 
 def _improvement(x: Any, y: Any, axis: int = -1) -> Any:
-    """P(X > Y) (ties half) over every pair of a seed of ``x`` and one of ``y``; vectorised over leading axes."""
+    """P(X > Y) (ties half, float noise a tie) over every pair of a seed of ``x`` and one of ``y``; vectorised over
+    leading axes."""
     import numpy as np
 
     x, y = np.moveaxis(x, axis, -1)[..., :, None], np.moveaxis(y, axis, -1)[..., None, :]
-    return ((x > y) + 0.5 * (x == y)).mean(axis=(-2, -1))
+    tie = np.isclose(x, y, rtol=FLOAT_NOISE, atol=FLOAT_NOISE_FLOOR)
+    return (((x > y) & ~tie) + 0.5 * tie).mean(axis=(-2, -1))
 
 
 def _bootstrap(data: tuple[Any, ...], statistic: Any, settings: VerdictSettings) -> tuple[float, float]:

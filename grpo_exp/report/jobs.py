@@ -30,7 +30,8 @@ from grpo_exp.folder import (
     read_rows,
     read_yaml,
 )
-from grpo_exp.tracking.metrics import EVAL_PREFIX, eval_rows, summarize, summarize_eval, training_rows
+from grpo_exp.tracking.metrics import EVAL_PREFIX, EVAL_REWARD, eval_rows, summarize, summarize_eval, training_rows
+from grpo_exp.tracking.wandb_run import SEED_KEY
 
 DEFAULT_KL_THRESHOLD = MonitorSettings.kl_threshold
 DEFAULT_MIN_REWARD_STD = MonitorSettings.min_reward_std
@@ -40,6 +41,8 @@ BOOKKEEPING = ("resume", "sweep.halving.rung_steps")
 # A final reward within this of the run's peak counts as "at its best": homogeneous completions
 # there mean every one succeeded, which is not a collapse.
 AT_PEAK_TOLERANCE = 0.05
+# Torn lines of metrics.jsonl named in a job's note; a damaged file can have thousands.
+TORN_LINES_LISTED = 5
 
 
 @dataclass
@@ -57,6 +60,7 @@ class JobRecord:
     min_reward_std: float = DEFAULT_MIN_REWARD_STD
     min_improvement: float = DEFAULT_MIN_IMPROVEMENT
     objective: str | None = None  # what the job returned to the sweeper (config key `objective`)
+    seed: Any = None  # the seed it ran with (its override, else its config's); None when neither says
     verdict: VerdictSettings | None = None  # its sweep.verdict settings; None without a readable config.yaml
     error: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -128,7 +132,8 @@ def load_job(path: Path) -> JobRecord:
     stepped = [row for row in logged if finite(row.get("step"))]
     rows = training_rows(stepped)
     if torn:
-        notes.append(f"{torn} torn line(s) in {METRICS_FILE} skipped")
+        where = ", ".join(map(str, torn[:TORN_LINES_LISTED])) + (", ..." if len(torn) > TORN_LINES_LISTED else "")
+        notes.append(f"{len(torn)} torn line(s) in {METRICS_FILE} skipped (line{'s' * (len(torn) > 1)} {where})")
     summary = folder.summary()
     if summary is None and folder.summary_file.exists():
         notes.append(f"{SUMMARY_FILE} is unreadable: figures come from {METRICS_FILE}")
@@ -142,6 +147,12 @@ def load_job(path: Path) -> JobRecord:
         notes.append(f"no {OVERRIDES_FILE}: its swept values are {source}")
     status = _status(folder, summary)
     error = (summary or {}).get("error") or (_last_line(folder.error) if status == FAILED else None)
+    if evaluations and not finite(evaluations[-1].get(EVAL_REWARD)):
+        # A summary written before the NaN was kept holds an earlier evaluation's reward: the last one counts.
+        stats["final_eval_reward"] = math.nan
+        if status == COMPLETED:
+            status = FAILED
+            error = f"its final evaluation (step {evaluations[-1].get('step')}) scored NaN"
     return JobRecord(
         name=path.name,
         path=path,
@@ -154,6 +165,7 @@ def load_job(path: Path) -> JobRecord:
         min_reward_std=float(monitor.get("min_reward_std", DEFAULT_MIN_REWARD_STD)),
         min_improvement=float(monitor.get("min_improvement", DEFAULT_MIN_IMPROVEMENT)),
         objective=config.get("objective") if isinstance(config.get("objective"), str) else None,
+        seed=overrides.get(SEED_KEY, config.get(SEED_KEY)),
         verdict=_verdict(config),
         error=error,
         notes=notes,

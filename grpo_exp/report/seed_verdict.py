@@ -1,4 +1,4 @@
-"""The sweep's decision over seeds, as the report says it: the verdict's first bullet, the table of
+"""The sweep's decision over seeds, as the report says it: the verdict's first bullets, the table of
 configurations with their intervals (report.md and ``intervals.csv``), and the job table's order.
 
 The statistics are ``intervals.py``'s and the decision ``decision.py``'s; this module words them.
@@ -7,36 +7,58 @@ The statistics are ``intervals.py``'s and the decision ``decision.py``'s; this m
 from __future__ import annotations
 
 import csv
+import statistics
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from grpo_exp.config.schema import VerdictSettings
 from grpo_exp.report.decision import BELOW, TABLE_COLUMNS, Decision, Outcome, Standing, decide, table_rows
 from grpo_exp.report.intervals import Improvement, Interval
 from grpo_exp.report.jobs import JobRecord
-from grpo_exp.report.sweep import Sweep
+from grpo_exp.report.sweep import Group, Sweep, format_value
 from grpo_exp.report.text import MAX_LISTED, NONE_CELL, jobs_text, md_row, names_text
 
 
 def sweep_decision(sweep: Sweep) -> Decision | None:
-    """Each configuration's objective over its completed seeds, judged (``decision.py``); None without a result."""
-    configs = {
-        sweep.config_label(group): [v for job in group.jobs if (v := sweep.outcome(job)) is not None]
-        for group in sweep.configs()
-    }
+    """Each configuration's objective over its distinct completed seeds, judged (``decision.py``); None without a
+    result."""
+    configs = {sweep.config_label(group): list(seed_outcomes(sweep, group).values()) for group in sweep.configs()}
     return decide(configs, sweep.maximize, sweep.verdict)
+
+
+def seed_outcomes(sweep: Sweep, group: Group) -> dict[Any, float]:
+    """A configuration's objective per distinct seed of its completed jobs: a seed run twice is one seed, not
+    two (its reruns say nothing about seed-to-seed spread), scored by the mean of its runs. A job whose seed is
+    unknown counts as a seed of its own."""
+    runs: dict[Any, list[float]] = {}
+    for job in group.jobs:
+        if (value := sweep.outcome(job)) is not None:
+            runs.setdefault(_seed(job), []).append(value)
+    return {seed: statistics.fmean(values) for seed, values in runs.items()}
+
+
+def repeated_seeds(sweep: Sweep, group: Group) -> dict[Any, int]:
+    """The seeds a configuration completed more than once, with how many times."""
+    counts = Counter(_seed(job) for job in group.jobs if sweep.outcome(job) is not None)
+    return {seed: n for seed, n in counts.items() if n > 1}
+
+
+def _seed(job: JobRecord) -> Any:
+    return ("job", job.name) if job.seed is None else format_value(job.seed)
 
 
 def decision_lines(sweep: Sweep, decision: Decision | None, note: str = "") -> list[str]:
     """The verdict's first bullet: the decision, in the words of its outcome; ``note`` ends it (the leader's
-    stability rank)."""
+    stability rank). A bullet naming the seeds run more than once follows it."""
     if decision is None:
         return [f"- **No result:** no job completed with a {sweep.objective}."]
     leader, settings = decision.leader, decision.settings
     jobs = jobs_text(_config_jobs(sweep, leader.label))
     named = f"`{leader.label}` ({sweep.objective} {_estimate(leader.interval, settings)}, {jobs})"
     outcome = decision.outcome
-    if outcome == Outcome.only and len(sweep.configs()) > 1:  # the others stopped early (halving) or failed
-        line = f"- **Only configuration that completed:** {named}; the others did not, see below."
+    if outcome == Outcome.only and len(sweep.configs()) > 1:  # the others failed, stopped early or lack the objective
+        line = _only_one(sweep, leader.label, named)
     elif outcome == Outcome.only:
         line = f"- **Only configuration:** {named}."
     elif outcome == Outcome.one_seed:
@@ -69,7 +91,39 @@ def decision_lines(sweep: Sweep, decision: Decision | None, note: str = "") -> l
             f"{overlap}. About {decision.seeds_needed or settings.enough_seeds} seeds per configuration would "
             "settle it."
         )
-    return [line + note]
+    return [line + note, *_repeats_line(sweep)]
+
+
+def _only_one(sweep: Sweep, label: str, named: str) -> str:
+    """The one configuration with a result, and why the others have none: they did not complete (failed,
+    stopped early, killed: listed below), or completed without the objective."""
+    others = [g for g in sweep.configs() if sweep.config_label(g) != label]
+    completed = [sweep.config_label(g) for g in others if any(job.finished for job in g.jobs)]
+    if not completed:
+        return f"- **Only configuration that completed:** {named}; the others did not, see below."
+    without = f"completed without a `{sweep.objective}`"
+    if len(completed) == len(others):
+        why = f"the others {without}" if len(others) > 1 else f"{names_text(completed)} {without}"
+    else:
+        why = f"{names_text(completed)} {without}; the others did not complete, see below"
+    return f"- **Only configuration with a `{sweep.objective}`:** {named}; {why}."
+
+
+def _repeats_line(sweep: Sweep) -> list[str]:
+    """Seeds a configuration ran more than once: counted once, at the mean of their runs; say so."""
+    repeats = []
+    for group in sweep.configs():
+        if twice := repeated_seeds(sweep, group):
+            seeds = sorted(twice, key=lambda seed: (len(str(seed)), str(seed)))  # 2 before 10
+            runs = ", ".join(f"seed {seed} in {twice[seed]} jobs" for seed in seeds[:MAX_LISTED])
+            more = f" and {len(twice) - MAX_LISTED} more" if len(twice) > MAX_LISTED else ""
+            repeats.append(f"`{sweep.config_label(group)}` ran {runs}{more}")
+    if not repeats:
+        return []
+    return [
+        f"- **Repeated seeds:** {'; '.join(repeats)}. A seed counts once, at the mean of its runs: reruns of one "
+        "seed say nothing about how seeds differ."
+    ]
 
 
 def _estimate(interval: Interval, settings: VerdictSettings) -> str:
@@ -108,7 +162,7 @@ def _overlaps(decision: Decision, settings: VerdictSettings) -> str:
 def _settle(decision: Decision) -> str:
     needed = decision.seeds_needed
     if needed is None:
-        return "Their centres are equal: no number of seeds would part them."
+        return "Their centres are equal (to float precision): no number of seeds would part them."
     return f"Were the gap real, about {needed} seeds per configuration would tell them apart."
 
 

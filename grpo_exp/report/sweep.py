@@ -19,7 +19,7 @@ from grpo_exp.errors import UserError
 from grpo_exp.folder import SUMMARY_FILE, JobFolder, multirun_file, read_yaml, sweep_jobs
 from grpo_exp.report.jobs import JobRecord, finite, load_job
 from grpo_exp.tracking.metrics import TRAINING_COUNTERPART
-from grpo_exp.tracking.wandb_run import value_text
+from grpo_exp.tracking.wandb_run import SEED_KEY, value_text  # repeats of one configuration: averaged
 
 if TYPE_CHECKING:  # pandas loads when a report is computed, not when the module is imported
     import pandas as pd
@@ -31,7 +31,6 @@ MINIMIZED = frozenset(
 )
 # An axis with more distinct values than this (a search such as Optuna's) gets a scatter plot, not a grid.
 MAX_GRID_VALUES = 8
-SEED_KEY = "seed"  # repeats of one configuration; averaged, not a configuration of its own
 GROUP_SIZE_KEY = "grpo.num_generations"
 LR_KEY = "optimizer.lr"
 DEFAULT_VALUE = "(default)"  # a key that some jobs of the sweep did not override

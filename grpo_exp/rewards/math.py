@@ -25,7 +25,15 @@ from typing import Any
 from grpo_exp.errors import UserError
 from grpo_exp.helper_process import Helper, HelperGone, Unavailable
 from grpo_exp.helper_process import serve as serve_requests
-from grpo_exp.rewards.math_forms import FINAL_LINE_FORMS, FINDERS, ends_in_form, find_answer, forms_from
+from grpo_exp.rewards.math_forms import (
+    FINAL_LINE_FORMS,
+    FINDERS,
+    ends_in_form,
+    find_answer,
+    forms_from,
+    is_hedge,
+    read_reference,
+)
 from grpo_exp.rewards.registry import RewardFn, register
 
 GOLD_CACHE = 4096  # references the helper keeps parsed (a dataset's are few, and each is asked often)
@@ -95,12 +103,14 @@ def math_accuracy(
 ) -> list[float | None]:
     """1.0 where the reply's final answer equals the record's reference (math-verify), else 0.0.
 
-    The final answer is what the first of ``answer_forms`` finds (the last ``\\boxed{}``, the line
-    after the last ``marker``, the line after the last of ``phrases``, the last math span, the whole
-    reply), its numbers rewritten as ``number_forms`` says (``\\$18.00``, ``−5``, ``1e6``,
-    ``1{,}600``). A reply without one scores 0.0, and so does one whose check outlives
-    ``timeout_s`` (an answer that can't be verified in time earns nothing). A record without a
-    reference (dataset column ``column``) is not scored: None.
+    The final answer is the last answer marker's of ``answer_forms`` in the reply, whichever kind (the
+    last ``\\boxed{}``, the line after the last ``marker``, the line after the last of ``phrases``), else
+    the first fallback's that finds one (the last math span, the whole reply); its numbers rewritten as
+    ``number_forms`` says (``\\$18.00``, ``−5``, ``1e6``, ``1{,}600``). The reference's numbers are
+    rewritten with every form. A reply without an answer scores 0.0, as does a hedge of several numbers
+    ("17 \\vee 18") where the reference is one, and one whose check outlives ``timeout_s`` (an answer
+    that can't be verified in time earns nothing). A record without a reference (dataset column
+    ``column``) is not scored: None.
     """
     forms = forms_from("math_accuracy", answer_forms, tuple(FINDERS), marker, phrases, number_forms)
     _check_accuracy_settings(column, timeout_s)
@@ -114,11 +124,11 @@ def math_accuracy(
         if reference is None or not str(reference).strip():
             scores.append(None)
             continue
-        answer = find_answer(reply, forms)
-        if answer is None:
+        answer, gold = find_answer(reply, forms), read_reference(str(reference))
+        if answer is None or (is_hedge(answer) and not is_hedge(gold)):
             scores.append(0.0)
             continue
-        verdict = checker.verify(str(reference), answer, timeout_s)
+        verdict = checker.verify(gold, answer, timeout_s)
         scores.append(None if verdict is None else float(verdict))
     return scores
 
@@ -143,10 +153,12 @@ def reference_after(text: Any, marker: str | None) -> str | None:
 
 
 def reference_parses(reference: str, timeout_s: float = 5.0) -> bool:
-    """Whether math-verify parses ``reference`` into something it can compare (a plain number always does)."""
-    if PLAIN_NUMBER.fullmatch(reference.strip()):
+    """Whether math-verify parses ``reference``, read as the accuracy part reads it (``read_reference``), into
+    something it can compare (a plain number always does)."""
+    gold = read_reference(reference)
+    if PLAIN_NUMBER.fullmatch(gold.strip()):
         return True
-    return bool(shared_checker().parses(reference, timeout_s))
+    return bool(shared_checker().parses(gold, timeout_s))
 
 
 def check_references(

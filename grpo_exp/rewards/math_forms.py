@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from grpo_exp.errors import UserError
 
@@ -37,12 +37,15 @@ BARE_DOLLAR = re.compile(r"\$(?=\s?-?\d)")
 SEPARATOR = r"(?:,|\{,\}|\\,)"  # 1,600 as typed; 1{,}600 and 1\,600 as LaTeX writes it
 THOUSANDS = re.compile(rf"(?<![\d.,])\d{{1,3}}(?:{SEPARATOR}\d{{3}})+(?!\d|{SEPARATOR}\d)")
 SCIENTIFIC = re.compile(rf"(?<![\w.])(\d+(?:\.\d+)?)[eE]([+-]?\d{{1,{MAX_EXPONENT_DIGITS}}})(?!\w|\.\d)")
+# What joins the values of a hedged answer ("17 \vee 18", "17 or 18"): math-verify keeps the last value alone,
+# so a hedge that names the reference among others would score as if it named only the reference.
+HEDGE_JOINER = re.compile(r"\\(?:vee|lor)(?![a-zA-Z])|\u2228|\bor\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class Forms:
-    """What a part accepts: where a final answer stands (``answers``, in order of preference), the
-    number spellings it rewrites (``numbers``), the marker and the phrases that open an answer."""
+    """What a part accepts: where a final answer stands (``answers``; see ``find_answer`` for which one
+    gives it), the number spellings it rewrites (``numbers``), the marker and the phrases that open an answer."""
 
     answers: tuple[str, ...]
     numbers: tuple[str, ...] = ()
@@ -58,17 +61,40 @@ class Forms:
 # -- where the answer is ---------------------------------------------------------------------------
 
 
+class Found(NamedTuple):
+    """An answer a form found: where its opener (``\\boxed``, the marker, the phrase, the span) starts in the
+    reply, and the answer as written."""
+
+    at: int
+    text: str
+
+
 def find_answer(reply: str, forms: Forms) -> str | None:
-    """The reply's final answer in the first of ``forms.answers`` that finds one, numbers rewritten;
-    None when no form finds one."""
-    for name in forms.answers:
-        answer = FINDERS[name](reply, forms)
-        if answer is not None and answer.strip():
-            return rewrite_numbers(answer.strip(), forms.numbers)
-    return None
+    """The reply's final answer, numbers rewritten; None when no form finds one.
+
+    Of the answer markers among ``forms.answers`` (``boxed``, ``marker``, ``phrase``), the one that stands
+    last in the reply gives it, whichever kind: a reply that boxes a guess early and closes on ``#### 17``
+    answers 17. Without any, the first of the other forms (``latex``, ``whole``) that finds one gives it."""
+    found = [(name, FINDERS[name](reply, forms)) for name in forms.answers]
+    found = [(name, answer) for name, answer in found if answer is not None and answer.text.strip()]
+    marked = [answer for name, answer in found if name in FINAL_LINE_FORMS]
+    if marked:
+        chosen = max(marked, key=lambda answer: answer.at)  # the first listed on a tie
+    elif found:
+        chosen = found[0][1]
+    else:
+        return None
+    return rewrite_numbers(chosen.text.strip(), forms.numbers)
 
 
-def last_boxed(reply: str, forms: Forms | None = None) -> str | None:
+def is_hedge(answer: str) -> bool:
+    """Whether ``answer`` names several numbers joined by ``\\vee``, ``\\lor``, ``∨`` or "or" ("17 \\vee 18",
+    "17 or 18"): a hedge, not an answer. "18 or so" names one number and is not."""
+    parts = HEDGE_JOINER.split(answer)
+    return len(parts) > 1 and all(re.search(r"\d", part) for part in parts)
+
+
+def last_boxed(reply: str, forms: Forms | None = None) -> Found | None:
     r"""The last complete ``\boxed{…}`` as written (braces balanced; a cut-off one is skipped)."""
     boxed_at = {match.end() - 1: match.start() for match in BOXED.finditer(reply)}
     if not boxed_at:
@@ -82,22 +108,24 @@ def last_boxed(reply: str, forms: Forms | None = None) -> str | None:
             start = opened.pop()
             if start is not None and (found is None or start > found[0]):
                 found = (start, token.end())
-    return None if found is None else reply[found[0] : found[1]]
+    return None if found is None else Found(found[0], reply[found[0] : found[1]])
 
 
-def after_marker(reply: str, forms: Forms) -> str | None:
+def after_marker(reply: str, forms: Forms) -> Found | None:
     """The first line of text after the reply's last marker (GSM8K: ``#### 72``)."""
     if not forms.marker or forms.marker not in reply:
         return None
-    return _first_line(reply.rpartition(forms.marker)[2])
+    at = reply.rfind(forms.marker)
+    return Found(at, _first_line(reply[at + len(forms.marker) :]))
 
 
-def after_phrase(reply: str, forms: Forms) -> str | None:
+def after_phrase(reply: str, forms: Forms) -> Found | None:
     """The first line of text after the reply's last phrase ("The answer is 72."), without its colon or full stop."""
     matches = list(forms.phrase_pattern().finditer(reply)) if forms.phrases else []
     if not matches:
         return None
-    return _first_line(reply[matches[-1].end() :].lstrip().removeprefix(":")).removesuffix(".")
+    line = _first_line(reply[matches[-1].end() :].lstrip().removeprefix(":")).removesuffix(".")
+    return Found(matches[-1].start(), line)
 
 
 def _first_line(text: str) -> str:
@@ -105,28 +133,36 @@ def _first_line(text: str) -> str:
     return text.strip().split("\n", 1)[0].strip()
 
 
-def last_math_span(reply: str, forms: Forms | None = None) -> str | None:
+def last_math_span(reply: str, forms: Forms | None = None) -> Found | None:
     """The reply's last math span as written (``$18$``, ``\\(18\\)``, ``\\[18\\]``, ``$$18$$``)."""
     spans = list(MATH_SPAN.finditer(reply))
-    return spans[-1].group() if spans else None
+    return Found(spans[-1].start(), spans[-1].group()) if spans else None
 
 
-def whole_reply(reply: str, forms: Forms | None = None) -> str | None:
+def whole_reply(reply: str, forms: Forms | None = None) -> Found | None:
     """All of the reply: math-verify picks the answer itself."""
-    return reply
+    return Found(0, reply)
 
 
-FINDERS: dict[str, Callable[[str, Forms], str | None]] = {
+FINDERS: dict[str, Callable[[str, Forms], Found | None]] = {
     "boxed": last_boxed,
     "marker": after_marker,
     "phrase": after_phrase,
     "latex": last_math_span,
     "whole": whole_reply,
 }
-FINAL_LINE_FORMS = ("boxed", "marker", "phrase")  # the forms the format part can ask a reply to end in
+# The answer markers: the forms the format part can ask a reply to end in, and those of which the last in a
+# reply gives the accuracy part its answer.
+FINAL_LINE_FORMS = ("boxed", "marker", "phrase")
 
 
 # -- how a number is written -----------------------------------------------------------------------
+
+
+def read_reference(reference: str) -> str:
+    """A record's reference with every number spelling rewritten, whatever a reply's ``number_forms`` say: the
+    dataset's ``1e6`` means 1000000, where math-verify would read 1."""
+    return rewrite_numbers(reference, REWRITES)
 
 
 def rewrite_numbers(text: str, numbers: Iterable[str]) -> str:

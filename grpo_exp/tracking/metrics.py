@@ -95,16 +95,25 @@ def summarize_eval(rows: list[dict[str, Any]]) -> dict[str, Any]:
     base = [row for row in rows if row.get("step") == 0][:1]
     base_reward = _series(base, EVAL_REWARD)
     return {
-        "evaluations": len(rewards),
+        "evaluations": len(rows),
         "base_eval_reward": base_reward[0] if base_reward else None,
         "base_eval_parts": {k.split("/")[2]: values[0] for k in per_part if (values := _series(base, k))},
         "first_eval_reward": rewards[0] if rewards else None,
-        "final_eval_reward": rewards[-1] if rewards else None,
+        "final_eval_reward": final_eval_reward(rows),
         "best_eval_reward": max(rewards, default=None),
         "final_eval_reward_std": stds[-1] if stds else None,
         "eval_parts": {k.split("/")[2]: values[-1] for k in per_part if (values := _series(rows, k))},
         **_task_metrics(rows, base),
     }
+
+
+def final_eval_reward(rows: list[dict[str, Any]]) -> float | None:
+    """The last evaluation's reward, NaN when it scored NaN (weights gone to NaN): never an earlier one, which
+    would pass a broken job off as the score it had before (the base model's, at worst). None without one."""
+    if not rows:
+        return None
+    value = rows[-1].get(EVAL_REWARD)
+    return float(value) if isinstance(value, int | float) else math.nan
 
 
 def _task_metrics(rows: list[dict[str, Any]], base: list[dict[str, Any]]) -> dict[str, Any]:

@@ -48,11 +48,17 @@ def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | Non
 
 
 def _held_out(summary: dict[str, Any]) -> str:
-    """Held-out reward before -> after training when the base model was scored (step 0), else first -> last."""
-    final, count, base = summary["final_eval_reward"], summary["evaluations"], summary.get("base_eval_reward")
+    """Held-out reward before -> after training when the base model was scored (step 0), else first -> last.
+    A final evaluation that scored NaN shows as nan (the first finite one may be missing: none)."""
+    final, count, base = _number(summary["final_eval_reward"]), summary["evaluations"], summary.get("base_eval_reward")
     if base is not None and count > 1:
-        return f"{base:.3f} -> {final:.3f} (held-out reward, base model -> after training; {count} evaluations)"
-    return f"{summary['first_eval_reward']:.3f} -> {final:.3f} (held-out reward, first -> last of {count} evaluations)"
+        return f"{base:.3f} -> {final} (held-out reward, base model -> after training; {count} evaluations)"
+    first = _number(summary.get("first_eval_reward"))
+    return f"{first} -> {final} (held-out reward, first -> last of {count} evaluations)"
+
+
+def _number(value: float | None) -> str:
+    return "none" if value is None else f"{value:.3f}"
 
 
 def _steps(summary: dict[str, Any]) -> str:
