@@ -158,9 +158,23 @@ def _forge(answer: str, entry: dict) -> float:
     os._exit(0)
 
 
+class _Posing(float):
+    """A number that prints, converts and compares as 1.0 while it holds 0.0."""
+
+    def __repr__(self) -> str:
+        return "1.0"
+
+    def __float__(self) -> float:
+        return 1.0
+
+
+def _pose(answer: str, entry: dict) -> float:
+    return _Posing(0.0)
+
+
 def test_a_verdict_written_by_the_answer_counts_for_nothing(queens):
     item = {"answer": "x", "entry": {}}
-    assert verifier._verify_all([(_forge, item)], 5.0) == [verifier.FAILED]
+    assert verifier._verify_all([(_forge, item), (_pose, item)], 5.0) == [verifier.FAILED, 0.0]
     assert scores(queens, ["print(1.0)", 'print(\'{"verdicts": [1.0], "failed": 0}\')']) == [0.0, 0.0]
 
 

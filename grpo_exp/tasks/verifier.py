@@ -232,6 +232,7 @@ def check_isolation(isolation: Any) -> None:
 # -- inside the fork server ------------------------------------------------------------------------
 
 PR_SET_DUMPABLE = 4
+LAST_FD = 2**31 - 1  # closerange's "every fd above" (one close_range syscall on Linux)
 # Audit events a verification raises (compiling and running an expression, importing a module sympy
 # loads lazily, reading a module's file); any other kills the answer's process before it happens.
 ALLOWED_EVENTS = frozenset(
@@ -380,8 +381,8 @@ def _answer_process(
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    os.closerange(3, out_fd)
-    os.closerange(out_fd + 1, 2**16)
+    os.closerange(3, out_fd)  # the trainer's channel among them: only the verdict's pipe stays
+    os.closerange(out_fd + 1, LAST_FD)
     here = resource.getrlimit(resource.RLIMIT_AS)[0]
     address_space = _address_space() + VERIFIER_MEMORY_MB * MIB
     cpu = max(1, math.ceil(timeout_s))
@@ -396,13 +397,19 @@ def _answer_process(
         resource.setrlimit(limit, value)
     # Every name the verdict's path looks up is held here first: builtins and module globals are the
     # answer's to replace (``builtins.repr = ...``), these locals are not.
-    number_types, kind, text, failure = (float, int), type, repr, BaseException
+    # The C conversions of float and int (numpy's float64 is a float) read the number itself, never a
+    # method an object of the answer's making overrides.
+    conversions, text, failure = (float.__float__, int.__float__), repr, BaseException
     sys.addaudithook(_hook(leave))
     verdict = 0.0
     try:
         value = score_answer(item["answer"], item["entry"])
-        if kind(value) in number_types:  # exactly a number: no object that claims to be one, no bool
-            verdict = value
+        for convert in conversions:
+            try:
+                verdict = convert(value)
+                break
+            except failure:  # not this kind of number
+                continue
     except failure:  # SystemExit and KeyboardInterrupt too: a wrong answer, not the end of anything
         verdict = 0.0
     write(out_fd, token + text(verdict).encode("ascii"))
