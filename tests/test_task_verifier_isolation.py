@@ -217,17 +217,21 @@ def test_a_fork_server_killed_mid_batch_is_replaced_and_the_batch_scored_one_by_
     assert len(_descendants(os.getpid())) == before  # the new one in place of the old, nothing left over
 
 
+ACCURACY = "reward.parts.accuracy.params"
+
+
 @pytest.mark.parametrize(
-    ("params", "says"),
+    ("override", "says"),
     [
-        ({"timeout_s": 0, "isolation": "auto"}, "timeout_s must be seconds above 0"),
-        ({"timeout_s": float("inf"), "isolation": "auto"}, "timeout_s must be seconds above 0"),
-        ({"timeout_s": 5, "isolation": "docker"}, "isolation must be one of auto, bwrap, unshare, none"),
+        (f"{ACCURACY}.timeout_s=0", "task_accuracy: timeout_s must be seconds above 0"),
+        (f"{ACCURACY}.timeout_s=inf", "task_accuracy: timeout_s must be seconds above 0"),
+        (f"{ACCURACY}.isolation=docker", "task_accuracy: isolation must be one of auto, bwrap, unshare, none"),
     ],
 )
-def test_bad_verifier_settings_are_one_line(params, says):
-    from grpo_exp.rewards.registry import PARAM_CHECKS
+def test_bad_verifier_settings_are_one_line_before_the_model_loads(override, says):
+    from grpo_exp.job.command import CONF_DIR
+    from grpo_exp.job.preflight import check_command
 
     with pytest.raises(UserError, match=says) as err:
-        PARAM_CHECKS["task_accuracy"]({"tag": "answer", **params})
+        check_command(CONF_DIR, "config", ["dataset=reasoning_gym", "reward=reasoning_gym", override], multirun=False)
     assert "\n" not in str(err.value)
