@@ -19,8 +19,9 @@ task's verifier runs here, whichever task (no list of "safe" tasks to keep up to
   space, no file data written (RLIMIT_FSIZE 0), no new process or thread (RLIMIT_NPROC 1, the
   leased uid's only tasks being the fork server's), no core; it installs an audit hook that
   kills it at the first event outside what verifying does (file opens for writing, sockets,
-  subprocesses, signals, frame and gc introspection, ctypes, new audit hooks...), and catches
-  every exception, SystemExit included; the fork server kills it at ``timeout_s``;
+  subprocesses, signals, frame and gc introspection, ctypes, new audit hooks...) or at code
+  compiled from text that holds a word escapes from an eval start with (``DENIED_SOURCE``), and
+  catches every exception, SystemExit included; the fork server kills it at ``timeout_s``;
 - the verdict comes back on a pipe only that process holds, as a float tagged with a random
   token it got at the fork and that lives only in a stack frame (reaching it takes frame or
   memory introspection, which the hook refuses): printing "1.0", writing to any fd, or exiting
@@ -275,8 +276,7 @@ def _setup() -> Callable[[dict[str, Any]], dict[str, Any]]:
     if compiled is not None:
         child._deny_syscalls(compiled)  # inherited by every fork; bwrap may have installed it too: both hold
     ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # an answer's process can't ptrace or read this one
-    os.chdir("/")
-    os.environ.clear()
+    os.chdir("/")  # not the working folder: nothing relative lands anywhere writable
     gc.freeze()
     scorers: dict[str, Callable[..., Any]] = {}
 
