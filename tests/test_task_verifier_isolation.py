@@ -113,6 +113,11 @@ def test_an_answer_that_exits_scores_zero_and_the_trainer_goes_on(queens, integr
     assert scores(integral, ["exit(3)", integral["answer"]]) == [0.0, 1.0]
 
 
+def test_an_answer_that_allocates_without_end_scores_zero(queens):
+    """Stopped by its process's memory limit (the trainer's memory is not what it eats)."""
+    assert scores(queens, ["[0] * 10**11", "'x' * 10**11", queens["answer"]]) == [0.0, 0.0, 1.0]
+
+
 def test_a_runaway_answer_is_cut_at_the_time_limit(queens):
     """``any(iter(int, 1))`` never ends and allocates nothing: only the time limit stops it."""
     checker = shared_verifier()
