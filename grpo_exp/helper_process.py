@@ -34,6 +34,7 @@ STARTUP_S = 120.0  # a fresh helper's imports (about 1 s; more on a loaded machi
 READ_CHUNK = 65536  # bytes read from the helper's stdout at a time
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]  # a request -> its answer (the id is added)
+Spawn = Callable[..., subprocess.Popen[bytes]]  # subprocess.Popen, or what starts it elsewhere (another thread)
 
 
 class HelperGone(Exception):
@@ -53,10 +54,14 @@ class Helper:
     """One helper process, started on first use and after every kill; thread-safe (one request at a time).
 
     ``name`` starts the error when it can't start ("the math reward's checker"); ``stderr``: where what it
-    prints goes (``subprocess.DEVNULL``, or None for the trainer's own stderr)."""
+    prints goes (``subprocess.DEVNULL``, or None for the trainer's own stderr); ``spawn``: what starts the
+    process, given ``subprocess.Popen``'s arguments (a helper under bwrap's ``--die-with-parent`` must be
+    started from a thread that outlives it, see ``sandbox/launch_thread.py``)."""
 
-    def __init__(self, argv: list[str], name: str, stderr: int | None = subprocess.DEVNULL) -> None:
-        self.argv, self.name, self.stderr = argv, name, stderr
+    def __init__(
+        self, argv: list[str], name: str, stderr: int | None = subprocess.DEVNULL, spawn: Spawn = subprocess.Popen
+    ) -> None:
+        self.argv, self.name, self.stderr, self.spawn = argv, name, stderr, spawn
         self._proc: subprocess.Popen[bytes] | None = None
         self._buffer = b""
         self._lock = threading.Lock()
@@ -100,7 +105,7 @@ class Helper:
         self._kill()
         root = str(Path(__file__).resolve().parents[1])  # the folder holding grpo_exp
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-        self._proc = subprocess.Popen(
+        self._proc = self.spawn(
             self.argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -94,7 +94,8 @@ def test_the_task_verifier_scores_the_tagged_answer():
     answer = json.loads(entry)["answer"]
     replies = [f"1 + 2 = 3\n<answer>{answer}</answer>", f"<answer>{int(answer) + 1}</answer>", answer]
     replies.append("<answer></answer>")
-    assert task_accuracy(replies, task_entry=[entry] * 4, tag="answer") == [1.0, 0.0, 0.0, 0.0]
+    scored = task_accuracy(replies, task_entry=[entry] * 4, tag="answer", timeout_s=5, isolation="auto")
+    assert scored == [1.0, 0.0, 0.0, 0.0]
     assert task_format(replies, tag="answer") == [1.0, 1.0, 0.0, 0.0]
     assert task_format([f"<answer>{answer}</answer> more", "<answer>1</answer><answer>2</answer>"], tag="answer") == [
         0.0,
@@ -106,7 +107,15 @@ def test_the_accuracy_part_logs_the_level_of_its_problems():
     problem = draw("chain_sum", SMALL, seed=0, count=1, region=Region(0.0, held_out=False))[0]
     problem["metadata"][curriculum.LEVEL_KEY] = 2
     logged: list[tuple[str, float]] = []
-    task_accuracy(["x"], task_entry=[json.dumps(problem)], tag="answer", log_metric=lambda k, v: logged.append((k, v)))
+    entries = [json.dumps(problem)]
+    task_accuracy(
+        ["x"],
+        task_entry=entries,
+        tag="answer",
+        timeout_s=5,
+        isolation="auto",
+        log_metric=lambda k, v: logged.append((k, v)),
+    )
     assert logged == [(curriculum.LEVEL_METRIC, 2.0)]
 
 

@@ -9,12 +9,12 @@ difficulty, and the embedded model's warm-up keeps out of the same region. The h
 are distinct; training problems may repeat where the space is small.
 
 Each problem's reasoning-gym entry (question, answer, metadata) travels in the ``task_entry``
-column as JSON, so the reward can hand it back to the task's own ``score_answer``.
+column as JSON, so the reward can hand it back to the task's own ``score_answer``, which runs
+isolated (``grpo_exp/tasks/verifier.py``).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import json
@@ -148,16 +148,3 @@ def _stream(task: str, settings: dict[str, Any], seed: int) -> Iterator[dict[str
 def entry_json(entry: Mapping[str, Any]) -> str:
     """A problem's entry as the ``task_entry`` column holds it (metadata values JSON lacks become text)."""
     return json.dumps(entry, default=str, ensure_ascii=False)
-
-
-def score(problem: dict[str, Any], answer: str | None) -> float:
-    """The task's own verdict on ``answer`` for ``problem`` (its entry, as the ``task_entry`` column holds it)."""
-    return float(_scorer(problem["metadata"]["source_dataset"])(answer, problem))
-
-
-@functools.cache
-def _scorer(task: str) -> Callable[[str | None, dict[str, Any]], float]:
-    """A task's ``score_answer``; a composite's entries name the task they came from, so each is scored by it."""
-    from reasoning_gym import get_score_answer_fn
-
-    return get_score_answer_fn(task)
