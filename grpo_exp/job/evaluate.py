@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_exp.errors import EXIT_USER_ERROR, UserError
-from grpo_exp.folder import CHECKPOINT_PREFIX, CONFIG_FILE, EVALUATIONS_FILE, MODEL_DIR, SEAL_FILE, JobFolder
+from grpo_exp.folder import (
+    CHECKPOINT_PREFIX,
+    CONFIG_FILE,
+    EVALUATIONS_FILE,
+    MODEL_DIR,
+    SEAL_FILE,
+    JobFolder,
+    read_yaml,
+)
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -43,6 +51,8 @@ log = logging.getLogger("grpo_exp.evaluate")
 # faster than a model loads, this many times in a row, is left to finish.
 LOAD_TRIES = 3
 TASK_SETTINGS = "dataset.task_settings"
+GIST_CHARS = 200  # of a parser's message about a damaged config.yaml: enough to find the place, on one line
+RESTORE_HINT = "the job's .hydra/config.yaml holds its config as composed, before derived values"
 
 
 @dataclass(frozen=True)
@@ -104,8 +114,11 @@ def evaluate(target: Path, overrides: list[str]) -> dict[str, Any]:
     folder, chosen = job_of(target)
     cfg = recorded(folder, overrides)
     for _ in range(LOAD_TRIES):
-        scoring = plan(folder, chosen, cfg, overrides)
-        spec = build_spec(scoring.settings)
+        try:
+            scoring = plan(folder, chosen, cfg, overrides)
+            spec = build_spec(scoring.settings)
+        except UserError as exc:
+            raise _cut_short(folder, exc) or exc from None
         try:
             loaded = _load(spec, scoring.weights)
             if loaded is not None:
@@ -278,8 +291,8 @@ def recorded(folder: JobFolder, overrides: list[str]) -> DictConfig:
     except Exception as exc:  # YAML's and OmegaConf's errors span lines; the user needs the file and the gist
         gist = str(exc) if isinstance(exc, UserError) else describe_config_error(exc)
         raise UserError(
-            f"{path} can't be read as the job's config ({' '.join(gist.split())[:200]}): restore it "
-            f"(the job's .hydra/config.yaml holds the config as composed, before derived values)"
+            f"{path} can't be read as the job's config ({' '.join(gist.split())[:GIST_CHARS]}): restore it "
+            f"({RESTORE_HINT})"
         ) from None
     for override in overrides:
         key, sign, value = override.partition("=")
@@ -300,6 +313,21 @@ def recorded(folder: JobFolder, overrides: list[str]) -> DictConfig:
             raise UserError(describe_config_error(exc)) from None
     cfg.resume = "never"
     return cfg
+
+
+def _cut_short(folder: JobFolder, exc: UserError) -> UserError | None:
+    """A refusal that names the recorded config when it lacks sections a job records (None when it has them all):
+    a file cut short reads as the schema's defaults for the rest, which fail in ways that don't name it."""
+    from grpo_exp.config.schema import ExperimentConfig
+
+    record = read_yaml(folder.config) or {}
+    lacking = [f.name for f in dataclasses.fields(ExperimentConfig) if f.name not in record]
+    if not lacking:
+        return None
+    return UserError(
+        f"{folder.config} lacks {', '.join(lacking)} (cut short or edited?) and is refused: {exc}; "
+        f"restore it ({RESTORE_HINT})"
+    )
 
 
 def _load(spec: JobSpec, weights: Weights) -> tuple[Any, Any] | None:
