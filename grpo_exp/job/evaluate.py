@@ -131,7 +131,7 @@ def evaluate(target: Path, overrides: list[str]) -> dict[str, Any]:
         if chosen is not None:
             raise UserError(
                 f"{chosen} was removed or rewritten while it loaded (is the job still training?): score the job "
-                f"folder {folder.path} for its newest whole weights, or a copy of {chosen.name}"
+                f"folder {folder.path} for its newest whole weights"
             )
         log.warning(
             "%s went while it loaded (the job is still training): scoring its newest whole weights",
@@ -139,7 +139,7 @@ def evaluate(target: Path, overrides: list[str]) -> dict[str, Any]:
         )
     raise UserError(
         f"{folder.path} saved new weights each time a model loaded ({LOAD_TRIES} tries): the job is still "
-        "training; score it once it ends, or a copy of one of its checkpoint-<step> folders"
+        "training: score it once it ends or is stopped (python run.py resume=<job folder> continues it later)"
     )
 
 
