@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +19,7 @@ from grpo_exp.errors import UserError
 from grpo_exp.folder import JobFolder, read_rows
 from grpo_exp.job import evaluate
 from grpo_exp.tracking.outcome import format_outcome
-from grpo_exp.training import schedule
+from grpo_exp.training import checkpoints, schedule
 from tests.conftest import ROOT
 
 TASK = ("dataset=reasoning_gym", "dataset.task=chain_sum", "reward=reasoning_gym", "logger=none", "threads=1")
@@ -83,6 +85,31 @@ def test_a_job_is_scored_with_its_newest_whole_weights_and_the_record_names_them
     assert str(job / "evaluations.jsonl") in line
 
 
+@pytest.mark.e2e  # a run stopped, resumed and killed while it trains: the issue's own sequence
+def test_after_a_stop_a_resume_and_a_kill_the_newest_checkpoint_is_scored_not_the_stopped_model(tmp_path):
+    from tests.test_long_runs import last_step, start, wait_for
+
+    job = tmp_path / "job"
+    first = start(*TASK, *TINY, "grpo.max_steps=60", "grpo.save_steps=1", f"hydra.run.dir={job}")
+    wait_for(lambda: last_step(job) >= 2, first)
+    os.killpg(first.pid, signal.SIGINT)
+    first.communicate(timeout=WAIT_S)
+    assert first.returncode == 130
+    stopped = evaluate.newest_weights(JobFolder(job))
+    assert stopped.path == job / "model" and stopped.step is not None  # saved, sealed with its step, at the stop
+
+    def checkpoint_past_the_stop() -> bool:
+        newest = checkpoints.latest(job)
+        return newest is not None and newest.step >= stopped.step + 2
+
+    second = start(f"resume={job}", "logger=none")
+    wait_for(checkpoint_past_the_stop, second)
+    os.killpg(second.pid, signal.SIGKILL)
+    second.communicate(timeout=WAIT_S)
+    newest = checkpoints.latest(job)
+    assert evaluate.newest_weights(JobFolder(job)) == evaluate.Weights(newest.path, newest.step)
+
+
 def test_model_wins_a_tie_and_a_damaged_model_gives_way_to_the_latest_checkpoint(job, caplog):
     shutil.rmtree(job / "checkpoint-2")
     assert evaluate.newest_weights(JobFolder(job)) == evaluate.Weights(job / "model", 1)
@@ -92,7 +119,9 @@ def test_model_wins_a_tie_and_a_damaged_model_gives_way_to_the_latest_checkpoint
     assert "model can't be scored (model.safetensors is 0 bytes" in caplog.text
 
 
-@pytest.mark.parametrize(("damage", "says"), [("missing", "model.safetensors is missing"), ("empty", "model.safetensors is 0 bytes")])
+@pytest.mark.parametrize(
+    ("damage", "says"), [("missing", "model.safetensors is missing"), ("empty", "model.safetensors is 0 bytes")]
+)
 def test_a_model_without_its_weights_and_no_checkpoint_is_one_line(job, damage, says):
     for checkpoint in job.glob("checkpoint-*"):
         shutil.rmtree(checkpoint)
