@@ -168,7 +168,7 @@ def plan(folder: JobFolder, chosen: Path | None, cfg: DictConfig, overrides: lis
     settings = dataclasses.replace(settings, grpo=dataclasses.replace(settings.grpo, beta=0.0))  # no reference model
     level = None
     if settings.dataset.curriculum.enabled:
-        level, data = _at_reached_level(folder, weights, settings.dataset, cfg, overrides)
+        level, data = _at_reached_level(folder, weights, settings.dataset, overrides)
         settings = dataclasses.replace(settings, dataset=data)
     return Scoring(folder, weights, settings, level)
 
@@ -179,24 +179,20 @@ def newest_weights(folder: JobFolder) -> Weights:
 
     latest = checkpoints.latest(folder.path)
     newest = Weights(latest.path, latest.step) if latest else None
-    if not folder.model.is_dir():
-        model, why = None, None
-    else:
-        why = _model_problem(folder.model)
-        model = None if why else Weights(folder.model, _sealed_step(folder.model))
-    if model is None:
-        if newest is None:
-            what = f"its {MODEL_DIR}/ can't be scored ({why})" if why else f"no {MODEL_DIR}/"
-            raise UserError(
-                f"{folder.path} holds no whole weights: {what}, and no whole checkpoint; "
-                f"train it again or continue it (python run.py resume={folder.path})"
-            )
+    why = _model_problem(folder.model) if folder.model.is_dir() else None
+    if folder.model.is_dir() and why is None:
+        model = Weights(folder.model, _sealed_step(folder.model))
+        if newest is None or _later_or_same(model, newest):
+            return model
+    if newest is not None:
         if why:
             log.warning("%s can't be scored (%s): scoring %s", folder.model, why, newest)
         return newest
-    if newest is None or _later_or_same(model, newest):
-        return model
-    return newest
+    what = f"its {MODEL_DIR}/ can't be scored ({why})" if why else f"no {MODEL_DIR}/"
+    raise UserError(
+        f"{folder.path} holds no whole weights: {what}, and no whole checkpoint; "
+        f"train it again or continue it (python run.py resume={folder.path})"
+    )
 
 
 def weights_at(path: Path) -> Weights:
@@ -252,7 +248,7 @@ def _later_or_same(model: Weights, checkpoint: Weights) -> bool:
 
 
 def _at_reached_level(
-    folder: JobFolder, weights: Weights, data: DatasetSettings, cfg: DictConfig, overrides: list[str]
+    folder: JobFolder, weights: Weights, data: DatasetSettings, overrides: list[str]
 ) -> tuple[int, DatasetSettings]:
     """A curriculum job's dataset as scored: its problems drawn at the level ``weights`` had reached (read from
     metrics.jsonl, as a resume reads it) unless ``dataset.curriculum.start_level`` is given, with the level's
