@@ -110,7 +110,7 @@ def _from_records(records: list[dict[str, Any]], data: DatasetSettings) -> Datas
         return Dataset.from_list(rows)
     except pyarrow.ArrowException as exc:
         raise UserError(
-            f"records of {data.name or data.path} don't share one shape ({exc}); with dataset.chat=false every "
+            f"records of {source_name(data)} don't share one shape ({exc}); with dataset.chat=false every "
             "prompt must be a string, or every one a list of messages"
         ) from None
 
@@ -275,9 +275,14 @@ def prompt_key(prompt: Any) -> str:
 def load_prompts(data: DatasetSettings, tokenizer: PreTrainedTokenizerBase, tools: Sequence[Any] = ()) -> Dataset:
     """Every prompt of the dataset: a ``prompt`` column in the shape TRL expects, long prompts dropped
     (counted with the ``tools`` an agent's prompts show the model)."""
-    dataset = _drop_long(LOADERS.get(data.source)(data), data, tokenizer, data.name or data.path, tools)
-    log.info("loaded %d prompts (%s)", len(dataset), data.name or data.path)
+    dataset = _drop_long(LOADERS.get(data.source)(data), data, tokenizer, source_name(data), tools)
+    log.info("loaded %d prompts (%s)", len(dataset), source_name(data))
     return dataset
+
+
+def source_name(data: DatasetSettings) -> str:
+    """What logs and errors call the prompts' source: the dataset's name or file, or the generated task."""
+    return data.name or data.path or f"reasoning-gym task {data.task}"
 
 
 def _drop_long(

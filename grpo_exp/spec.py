@@ -57,7 +57,7 @@ def build_spec(settings: ExperimentConfig) -> JobSpec:
     if toolset.tools and not settings.dataset.chat:
         raise UserError("agent.tools need chat prompts (TRL renders the tools into them): set dataset.chat=true")
     if columns is not None:
-        _check_columns(rewards, columns, settings.dataset.name or settings.dataset.path)
+        _check_columns(rewards, columns, dataset.source_name(settings.dataset))
     where = layout.decide(settings)  # last: the config is sound before torch is asked about the machine
     warnings += [*where.notes, *layout.check_hardware(settings, where)]
     return JobSpec(
@@ -65,7 +65,7 @@ def build_spec(settings: ExperimentConfig) -> JobSpec:
     )
 
 
-def _check_columns(rewards: list[WeightedReward], columns: set[str], source: str | None) -> None:
+def _check_columns(rewards: list[WeightedReward], columns: set[str], source: str) -> None:
     """A reward naming a column the data lacks would fail only at its first call, after the model loads."""
     for reward in rewards:
         lacking = sorted(required_columns(reward) - columns)

@@ -69,7 +69,7 @@ def test_a_curriculum_raises_its_level_survives_a_resume_and_the_weights_can_be_
     assert held[6] == 2
 
     scored = subprocess.run(
-        [sys.executable, "-m", "grpo_exp.job.evaluate", str(out), "dataset.eval_samples=5"],
+        [sys.executable, "-m", "grpo_exp.job.evaluate", "--json", str(out), "dataset.eval_samples=5"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -78,5 +78,5 @@ def test_a_curriculum_raises_its_level_survives_a_resume_and_the_weights_can_be_
     assert scored.returncode == 0, scored.stderr[-3000:]
     result = json.loads(scored.stdout)
     assert result["held_out_prompts"] == 5 and 0 <= result["eval/pass@1"] <= 1
-    assert Path(result["weights"]).name == "checkpoint-6"
+    assert (Path(result["weights"]).name, result["step"], result["curriculum_level"]) == ("checkpoint-6", 6, 2)
     assert json.loads((out / "evaluations.jsonl").read_text().splitlines()[-1]) == result

@@ -10,6 +10,7 @@ curriculum sets and keep the others.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from grpo_exp.config.schema import DatasetSettings
@@ -56,6 +57,13 @@ def task_settings(data: DatasetSettings) -> dict[str, Any]:
     curriculum.set_global_level(data.curriculum.start_level)
     config = curriculum.generate_configuration(defaults=dict(data.task_settings))
     return {k: v for k, v in dataclasses.asdict(config).items() if k not in DRAW_FIELDS}
+
+
+def level_reached(rows: Iterable[dict[str, Any]], step: int | None, start_level: int) -> int:
+    """The level a run had reached at ``step`` (None: its last step), from its ``metrics.jsonl`` rows: that of
+    the last step up to there, or the one a raise at that step moved it to; ``start_level`` before any."""
+    levels = [r[LEVEL_METRIC] for r in rows if LEVEL_METRIC in r and (step is None or r.get("step", 0) <= step)]
+    return round(levels[-1]) if levels else start_level
 
 
 def at_level(data: DatasetSettings, level: int) -> DatasetSettings:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+# The task metrics' keys in summary.json's eval_task (rewards/task_metrics.py): pass@k and mean@n.
+PASS, MEAN = "pass@", "mean@"
+
 
 def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | None) -> str:
     """A few aligned lines from ``summary.json``: status, steps, reward, KL, alerts, folder, W&B."""
@@ -19,6 +22,8 @@ def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | Non
         )
     if summary.get("final_eval_reward") is not None:
         rows.append(("eval", _held_out(summary)))
+    if summary.get("eval_task"):  # a task's reward: held-out pass@k (reward.task_metrics)
+        rows.append(("pass@k", _task_metrics(summary)))
     if summary.get("mean_kl") is not None:
         rows.append(
             (
@@ -59,6 +64,20 @@ def _held_out(summary: dict[str, Any]) -> str:
 
 def _number(value: float | None) -> str:
     return "none" if value is None else f"{value:.3f}"
+
+
+def _task_metrics(summary: dict[str, Any]) -> str:
+    """Held-out pass@k for each k (base model -> after training when the base model was scored), and n."""
+    final, base = summary["eval_task"], summary.get("base_eval_task") or {}
+    from_base = bool(base) and summary.get("evaluations", 0) > 1
+    values = []
+    for k in sorted(int(key.removeprefix(PASS)) for key in final if key.startswith(PASS)):
+        key = f"{PASS}{k}"
+        start = f"{base[key]:.3f} -> " if from_base and key in base else ""
+        values.append(f"{key} {start}{final[key]:.3f}")
+    samples = [key.removeprefix(MEAN) for key in final if key.startswith(MEAN)]
+    n = f"{samples[0]} completions per problem; " if samples else ""
+    return f"{', '.join(values)} (held-out, {n}{'base model -> after training' if from_base else 'last evaluation'})"
 
 
 def _steps(summary: dict[str, Any]) -> str:

@@ -6,7 +6,8 @@ folder that looks like a checkpoint and isn't one. Once the trainer has finished
 ``seal`` (called by ``callbacks.CheckpointSeal``) writes ``grpo_exp_state.json`` into it,
 atomically: our own state (the health monitor's windows and alerts) and the size of every file.
 A folder without the seal, or whose files no longer match it, is passed over for the one before,
-with a warning.
+with a warning. The final ``model/`` is sealed the same way (``save_model``), with its step, so the
+eval-only command can tell whether it or a checkpoint holds the newest whole weights.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def problem(path: Path) -> str | None:
             return f"{name} is missing"
         if file.stat().st_size != size:
             return f"{name} is {file.stat().st_size} bytes, {size} when saved"
-        if name.endswith(".safetensors") and not _safetensors_whole(file):
+        if name.endswith(".safetensors") and not safetensors_whole(file):
             return f"{name} is damaged"
     return None
 
@@ -84,7 +85,17 @@ def seal(path: Path, step: int, state: dict[str, Any]) -> None:
     write_json(path / SEAL_FILE, {"step": step, **state, "files": files})
 
 
-def _safetensors_whole(path: Path) -> bool:
+def save_model(trainer: Any, folder: JobFolder, primary: bool) -> None:
+    """The trainer's weights into the job's ``model/``, sealed with their step once written (by the
+    primary process, which writes them). The old seal goes first: a save cut short leaves no seal."""
+    if primary:
+        (folder.model / SEAL_FILE).unlink(missing_ok=True)
+    trainer.save_model(str(folder.model))
+    if primary:
+        seal(folder.model, trainer.state.global_step, {})
+
+
+def safetensors_whole(path: Path) -> bool:
     """A cheap integrity check: the header parses and its tensors end exactly at the file's end."""
     try:
         with path.open("rb") as handle:

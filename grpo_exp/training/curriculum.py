@@ -20,7 +20,7 @@ from transformers import TrainerCallback
 
 from grpo_exp.folder import JobFolder
 from grpo_exp.spec import JobSpec
-from grpo_exp.tasks.curriculum import LEVEL_METRIC, at_level, last_level
+from grpo_exp.tasks.curriculum import LEVEL_METRIC, at_level, last_level, level_reached
 from grpo_exp.tracking.metrics import EVAL_PREFIX, TRAINER_EVAL_PREFIX
 from grpo_exp.training import checkpoints, ranks
 from grpo_exp.training.checkpoints import ResumePoint
@@ -95,5 +95,4 @@ class CurriculumStages:
     def _resumed_level(self, step: int) -> int:
         """The level of the last step the checkpoint holds, or the one it was raised to there (metrics.jsonl is
         rewound to the checkpoint)."""
-        levels = [r[LEVEL_METRIC] for r in self.folder.rows() if LEVEL_METRIC in r and r["step"] <= step]
-        return round(levels[-1]) if levels else self.curriculum.start_level
+        return level_reached(self.folder.rows(), step, self.curriculum.start_level)

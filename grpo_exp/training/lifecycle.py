@@ -66,7 +66,7 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
             if stop.signum is None:  # a run that ended by itself: each part scored some of it
                 check_answered(spec.rewards)
             if spec.settings.save_model and trainer is not None:
-                trainer.save_model(str(folder.model))
+                checkpoints.save_model(trainer, folder, spec.layout.primary)
             records.ended(interrupted=stop.signum is not None)
         except StoppedBeforeTraining:  # the build or load abandoned; stopped below, like any clean stop
             records.ended(interrupted=True)
