@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_exp import dataset, hardware, models
-from grpo_exp.agents.runner import ToolRunner, build_tools
+from grpo_exp.agents.runner import ToolRunner, Toolset, build_tools
 from grpo_exp.agents.tools import Tool
 from grpo_exp.config import batch, checks, layout
 from grpo_exp.config.layout import Layout
@@ -44,6 +44,43 @@ class JobSpec:
 
 def build_spec(settings: ExperimentConfig) -> JobSpec:
     """Check, derive, resolve and build; a one-line ``UserError`` for the first problem."""
+    built = _build_config(settings)
+    where = layout.decide(settings)  # last: the config is sound before torch is asked about the machine
+    warnings = (*built.warnings, *where.notes, *layout.check_hardware(settings, where))
+    return JobSpec(
+        settings,
+        where,
+        built.model,
+        built.rewards,
+        built.weights,
+        built.groups,
+        built.toolset.tools,
+        built.toolset.runner,
+        warnings,
+    )
+
+
+def check_config(settings: ExperimentConfig) -> None:
+    """Every check of ``build_spec`` that needs no torch (steps 1-4): what ``--cfg job`` runs, so it
+    refuses what a run would refuse without asking the machine anything."""
+    runner = _build_config(settings).toolset.runner
+    if runner is not None:
+        runner.close()
+
+
+@dataclass(frozen=True)
+class _Built:
+    """Steps 1-4 of the spec: what the config alone decides."""
+
+    groups: tuple[int, ...]
+    warnings: tuple[str, ...]
+    model: ModelSource
+    toolset: Toolset
+    rewards: tuple[WeightedReward, ...]
+    weights: tuple[float, ...]
+
+
+def _build_config(settings: ExperimentConfig) -> _Built:
     checks.check(settings)
     processes = hardware.world_size()
     groups = checks.check_groups(settings, processes)  # before the batch: an adaptive run's sizes say more
@@ -52,17 +89,12 @@ def build_spec(settings: ExperimentConfig) -> JobSpec:
     model = models.resolve(settings.model)
     columns = dataset.check_dataset(settings.dataset)
     toolset = build_tools(settings.agent)
-    runner = toolset.runner
-    rewards, weights = build_rewards(settings.reward, runner.take_metrics if runner else None)
+    rewards, weights = build_rewards(settings.reward, toolset.runner.take_metrics if toolset.runner else None)
     if toolset.tools and not settings.dataset.chat:
         raise UserError("agent.tools need chat prompts (TRL renders the tools into them): set dataset.chat=true")
     if columns is not None:
         _check_columns(rewards, columns, settings.dataset.name or settings.dataset.path)
-    where = layout.decide(settings)  # last: the config is sound before torch is asked about the machine
-    warnings += [*where.notes, *layout.check_hardware(settings, where)]
-    return JobSpec(
-        settings, where, model, tuple(rewards), tuple(weights), groups, toolset.tools, runner, tuple(warnings)
-    )
+    return _Built(groups, tuple(warnings), model, toolset, tuple(rewards), tuple(weights))
 
 
 def _check_columns(rewards: list[WeightedReward], columns: set[str], source: str | None) -> None:
