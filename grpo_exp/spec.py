@@ -23,6 +23,7 @@ from grpo_exp.agents.runner import ToolRunner, Toolset, build_tools
 from grpo_exp.agents.tools import Tool
 from grpo_exp.config import batch, checks, layout
 from grpo_exp.config.layout import Layout
+from grpo_exp.config.reply_format import check_reply_format
 from grpo_exp.config.schema import ExperimentConfig
 from grpo_exp.errors import UserError
 from grpo_exp.models import ModelSource
@@ -86,6 +87,7 @@ def _build_config(settings: ExperimentConfig) -> _Built:
     groups = checks.check_groups(settings, processes)  # before the batch: an adaptive run's sizes say more
     warnings = batch.size_batch(settings, processes)
     checks.check_model(settings)
+    check_reply_format(settings)
     model = models.resolve(settings.model)
     columns = dataset.check_dataset(settings.dataset)
     toolset = build_tools(settings.agent)

@@ -113,6 +113,10 @@ BAD_INPUTS = [
     ("+reward.parts.x={{fn:regex_match,wieght:1}}", "Key 'wieght' not in 'RewardPart'"),
     ("monitor.window=0", "monitor.window=0 is out of range"),
     ("grpo.max_steps=[1", "cannot parse override"),
+    (  # issue 62: the first command of docs/tasks.md trained the customer-service model at reward 0
+        "dataset=reasoning_gym dataset.task=chain_sum reward=reasoning_gym grpo.max_steps=30 threads=1",
+        "use +recipe=arithmetic or model=tiny_arithmetic (any model: python -m grpo_exp.plan --probe",
+    ),
     # last: these import torch (ASKS_THE_MACHINE), and the probe runs every command in one process
     ("-m grpo.num_generations=4,1", "grpo.num_generations=1"),
     ("device=cuda", "device=cuda but no GPU is visible"),

@@ -192,6 +192,9 @@ class RewardSettings:
     on_timeout: OnTimeout = OnTimeout.skip
     task_metrics: TaskMetricSettings = field(default_factory=TaskMetricSettings)
     max_timeouts_in_a_row: int = 10  # calls of one part past its limit before the run fails
+    # The embedded model's warm-up scenario that teaches the replies the parts score (config/reply_format.py);
+    # None: any reply form.
+    reply_format: str | None = None
 
 
 @dataclass
