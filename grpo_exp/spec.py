@@ -22,6 +22,7 @@ from grpo_exp import dataset, hardware, models
 from grpo_exp.agents.runner import ToolRunner, Toolset, build_tools
 from grpo_exp.agents.tools import Tool
 from grpo_exp.config import batch, checks, layout
+from grpo_exp.config.group_keys import check_group_keys
 from grpo_exp.config.layout import Layout
 from grpo_exp.config.reply_format import check_reply_format
 from grpo_exp.config.schema import ExperimentConfig
@@ -83,6 +84,7 @@ class _Built:
 
 def _build_config(settings: ExperimentConfig) -> _Built:
     checks.check(settings)
+    check_group_keys(settings)
     processes = hardware.world_size()
     groups = checks.check_groups(settings, processes)  # before the batch: an adaptive run's sizes say more
     warnings = batch.size_batch(settings, processes)

@@ -113,6 +113,7 @@ BAD_INPUTS = [
     ("+reward.parts.x={{fn:regex_match,wieght:1}}", "Key 'wieght' not in 'RewardPart'"),
     ("monitor.window=0", "monitor.window=0 is out of range"),
     ("grpo.max_steps=[1", "cannot parse override"),
+    ("dataset.task=chain_sum", "choose dataset=reasoning_gym or dataset=reasoning_gym_mix"),  # issue 62: was ignored
     (  # issue 62: the first command of docs/tasks.md trained the customer-service model at reward 0
         "dataset=reasoning_gym dataset.task=chain_sum reward=reasoning_gym grpo.max_steps=30 threads=1",
         "use +recipe=arithmetic or model=tiny_arithmetic (any model: python -m grpo_exp.plan --probe",
