@@ -93,9 +93,11 @@ def identity_from_hydra(hydra_cfg: Any = None) -> RunIdentity:
         return RunIdentity(name=run_name(overrides), tags=tags, overrides=overrides, configuration=own)
     sweep_dir = Path(hydra_cfg.sweep.dir)
     swept = swept_keys(sweep_dir, hydra_cfg.sweeper.get("params") or {})
-    # Last, where a cut sidebar loses it: the sweep folder and job number keep names apart between sweeps
-    # (a resumed trackio run is found by its name).
-    name = f"{run_name({k: overrides[k] for k in swept if k in overrides})} · {sweep_dir.name}/{hydra_cfg.job.num}"
+    # Last, where a cut sidebar loses it: the job number and sweep folder keep names apart between sweeps (a
+    # resumed trackio run is found by its name, which also names a folder of its store: no "/").
+    name = (
+        f"{run_name({k: overrides[k] for k in swept if k in overrides})} - job {hydra_cfg.job.num} of {sweep_dir.name}"
+    )
     sweep_name = hydra_cfg.runtime.choices.get("sweep") or "_".join(["sweep", *(k.rpartition(".")[2] for k in swept)])
     tags += [f"swept:{key}" for key in swept]
     own = configuration_label({k: overrides[k] for k in swept if k in overrides and k != SEED_KEY})
