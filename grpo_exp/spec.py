@@ -2,12 +2,14 @@
 
 A composed config becomes a spec in five steps, each once:
 
-1. check: the schema's types (``loading``), then the ranges and the rules between keys (``checks``);
+1. check: the schema's types (``loading``), then the ranges and the rules between keys (``checks``),
+   and keys the chosen group does not read (``group_keys``);
 2. derive: the batch that holds whole groups on the launch's processes;
-3. resolve: the model source (path and cache key), the data's columns;
+3. resolve: the model source (path and cache key), whether the embedded model can give the replies
+   the reward scores (``reply_format``), the data's columns;
 4. build: the reward functions, whose columns are checked against the data's, and the agent's tools;
 5. decide: the layout (device, precision, processes), from torch, and what it rules out. Last, so
-   a bad config is refused before torch is imported.
+   a bad config is refused before torch is imported; ``check_config`` (``--cfg job``) stops before it.
 
 Everything after it (the trainer, the lifecycle, W&B, the summary) reads the spec and checks
 nothing again. The spec is frozen; its ``settings`` are the derived config as run (the batch size
