@@ -2,12 +2,14 @@
 
 A composed config becomes a spec in five steps, each once:
 
-1. check: the schema's types (``loading``), then the ranges and the rules between keys (``checks``);
+1. check: the schema's types (``loading``), then the ranges and the rules between keys (``checks``),
+   and keys the chosen group does not read (``group_keys``);
 2. derive: the batch that holds whole groups on the launch's processes;
-3. resolve: the model source (path and cache key), the data's columns;
+3. resolve: the model source (path and cache key), whether the embedded model can give the replies
+   the reward scores (``reply_format``), the data's columns;
 4. build: the reward functions, whose columns are checked against the data's, and the agent's tools;
 5. decide: the layout (device, precision, processes), from torch, and what it rules out. Last, so
-   a bad config is refused before torch is imported.
+   a bad config is refused before torch is imported; ``check_config`` (``--cfg job``) stops before it.
 
 Everything after it (the trainer, the lifecycle, W&B, the summary) reads the spec and checks
 nothing again. The spec is frozen; its ``settings`` are the derived config as run (the batch size
@@ -19,10 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_exp import dataset, hardware, models
-from grpo_exp.agents.runner import ToolRunner, build_tools
+from grpo_exp.agents.runner import ToolRunner, Toolset, build_tools
 from grpo_exp.agents.tools import Tool
 from grpo_exp.config import batch, checks, layout
+from grpo_exp.config.group_keys import check_group_keys
 from grpo_exp.config.layout import Layout
+from grpo_exp.config.reply_format import check_reply_format
 from grpo_exp.config.schema import ExperimentConfig
 from grpo_exp.errors import UserError
 from grpo_exp.models import ModelSource
@@ -44,25 +48,59 @@ class JobSpec:
 
 def build_spec(settings: ExperimentConfig) -> JobSpec:
     """Check, derive, resolve and build; a one-line ``UserError`` for the first problem."""
+    built = _build_config(settings)
+    where = layout.decide(settings)  # last: the config is sound before torch is asked about the machine
+    warnings = (*built.warnings, *where.notes, *layout.check_hardware(settings, where))
+    return JobSpec(
+        settings,
+        where,
+        built.model,
+        built.rewards,
+        built.weights,
+        built.groups,
+        built.toolset.tools,
+        built.toolset.runner,
+        warnings,
+    )
+
+
+def check_config(settings: ExperimentConfig) -> None:
+    """Every check of ``build_spec`` that needs no torch (steps 1-4): what ``--cfg job`` runs, so it
+    refuses what a run would refuse without asking the machine anything."""
+    runner = _build_config(settings).toolset.runner
+    if runner is not None:
+        runner.close()
+
+
+@dataclass(frozen=True)
+class _Built:
+    """Steps 1-4 of the spec: what the config alone decides."""
+
+    groups: tuple[int, ...]
+    warnings: tuple[str, ...]
+    model: ModelSource
+    toolset: Toolset
+    rewards: tuple[WeightedReward, ...]
+    weights: tuple[float, ...]
+
+
+def _build_config(settings: ExperimentConfig) -> _Built:
     checks.check(settings)
+    check_group_keys(settings)
     processes = hardware.world_size()
     groups = checks.check_groups(settings, processes)  # before the batch: an adaptive run's sizes say more
     warnings = batch.size_batch(settings, processes)
     checks.check_model(settings)
+    check_reply_format(settings)
     model = models.resolve(settings.model)
     columns = dataset.check_dataset(settings.dataset)
     toolset = build_tools(settings.agent)
-    runner = toolset.runner
-    rewards, weights = build_rewards(settings.reward, runner.take_metrics if runner else None)
+    rewards, weights = build_rewards(settings.reward, toolset.runner.take_metrics if toolset.runner else None)
     if toolset.tools and not settings.dataset.chat:
         raise UserError("agent.tools need chat prompts (TRL renders the tools into them): set dataset.chat=true")
     if columns is not None:
         _check_columns(rewards, columns, dataset.source_name(settings.dataset))
-    where = layout.decide(settings)  # last: the config is sound before torch is asked about the machine
-    warnings += [*where.notes, *layout.check_hardware(settings, where)]
-    return JobSpec(
-        settings, where, model, tuple(rewards), tuple(weights), groups, toolset.tools, runner, tuple(warnings)
-    )
+    return _Built(groups, tuple(warnings), model, toolset, tuple(rewards), tuple(weights))
 
 
 def _check_columns(rewards: list[WeightedReward], columns: set[str], source: str) -> None:

@@ -57,6 +57,24 @@ def test_bad_input_is_one_line_with_exit_code_2_before_torch_loads(args, message
     assert "torch" not in result.stdout.split("HEAVY=")[-1]
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("grpo.num_generation=4",), "did you mean grpo.num_generations?"),
+        (("+grpo.num_generation=4",), "did you mean grpo.num_generations?"),
+        (("grpo.max_steps=-5",), "grpo.max_steps=-5: give a positive step count"),
+        (("-m", "grpo.num_generations=5,4", "grpo.per_device_train_batch_size=8"), "not a multiple of grpo.num_gen"),
+    ],
+)
+def test_cfg_job_refuses_what_a_run_refuses_in_one_line_without_torch(args, message):
+    """--cfg job prints the config a run would get, so a config the run refuses is refused here too."""
+    result = run_py(*args, "--cfg", "job")
+    assert result.returncode == 2, result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert errors == [errors[0]] and errors[0].startswith("error: ") and message in errors[0]
+    assert result.stdout.strip() == "HEAVY="  # no config printed, and torch never imported
+
+
 # Each bad command (overrides after run.py) and a piece of its one-line answer. Paths under {tmp}.
 BAD_INPUTS = [
     (
@@ -95,6 +113,11 @@ BAD_INPUTS = [
     ("+reward.parts.x={{fn:regex_match,wieght:1}}", "Key 'wieght' not in 'RewardPart'"),
     ("monitor.window=0", "monitor.window=0 is out of range"),
     ("grpo.max_steps=[1", "cannot parse override"),
+    ("dataset.task=chain_sum", "choose dataset=reasoning_gym or dataset=reasoning_gym_mix"),  # issue 62: was ignored
+    (  # issue 62: the first command of docs/tasks.md trained the customer-service model at reward 0
+        "dataset=reasoning_gym dataset.task=chain_sum reward=reasoning_gym grpo.max_steps=30 threads=1",
+        "use +recipe=arithmetic or model=tiny_arithmetic (any model: python -m grpo_exp.plan --probe",
+    ),
     # last: these import torch (ASKS_THE_MACHINE), and the probe runs every command in one process
     ("-m grpo.num_generations=4,1", "grpo.num_generations=1"),
     ("device=cuda", "device=cuda but no GPU is visible"),

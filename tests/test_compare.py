@@ -196,10 +196,11 @@ def test_verdict_flags_kl_excursion_and_reward_std_collapse(grid_report):
     stability = next(line for line in lines if line.startswith("- **Stability**"))
     order = [stability.index(f"`grpo.num_generations={g}, optimizer.lr={lr}`") for g, lr in STABILITY_ORDER]
     assert order == sorted(order)  # steady ones first, the KL excursion next, the collapse last
-    assert "max KL 0.300, 15.0× the median" in stability and "drop 0.350, std fall 0.300" in stability
+    assert "mean max KL 0.300 over 2 jobs, 15.0× the sweep's median" in stability
+    assert "drop 0.350, std fall 0.300" in stability
     kl = next(line for line in lines if line.startswith("- **KL excursion:**"))
     assert "`grpo.num_generations=8, optimizer.lr=0.001`" in kl
-    assert "5 steps above 0.1 (max KL 0.300) in jobs 5, 6" in kl
+    assert "5 steps above 0.1 (highest KL 0.300) in jobs 5, 6" in kl
     collapse = next(line for line in lines if line.startswith("- **Reward std collapse:**"))
     assert "`grpo.num_generations=4, optimizer.lr=0.001`: final reward std 0.000 < 0.05 while" in collapse
     assert "final reward 0.200–0.300 is below its peak 0.600, in jobs 0, 1" in collapse
@@ -278,7 +279,7 @@ def test_mixed_and_damaged_job_folders_are_reported_not_fatal(tmp_path):
     assert "job 1 logged no KL" in verdict
     stable = next(line for line in verdict.splitlines() if line.startswith("- **Stability**"))
     assert "`optimizer.lr=0.002`" in stable and "0.004" not in stable  # not judged on a partial run alone
-    assert "- **KL excursion:** `optimizer.lr=0.006`: 2 steps above 0.2 (max KL 0.300) in job 5." in verdict
+    assert "- **KL excursion:** `optimizer.lr=0.006`: 2 steps above 0.2 (highest KL 0.300) in job 5." in verdict
     assert "| 5 | 0.006 | incomplete |" in report.read_text() and "| 2 (> 0.2) |" in report.read_text()
     png_size(report.parent / "kl_curves.png")
 
@@ -363,7 +364,7 @@ def test_a_sweep_that_drifts_everywhere_gets_one_kl_line_naming_the_mildest(tmp_
     report = write_report(tmp_path, plots=False).read_text()
     kl_lines = [line for line in report.splitlines() if "KL excursion" in line]
     assert len(kl_lines) == 1 and "in 8 of 8 configurations" in kl_lines[0]
-    assert "the mildest is `optimizer.lr=1e-05` (max KL 0.300)" in kl_lines[0]
+    assert "the mildest is `optimizer.lr=1e-05` (highest KL 0.300)" in kl_lines[0]
 
 
 def test_a_sweep_with_held_out_prompts_ranks_on_them_and_says_so(tmp_path):
@@ -468,3 +469,39 @@ def test_a_metrics_file_with_bytes_that_are_not_utf8_is_reported_with_the_line_n
     assert f"{metrics}: line 5 is not UTF-8 text; skipped" in caplog.text
     assert "job 0: 1 torn line(s) in metrics.jsonl skipped (line 5)" in section(report, "Notes")
     assert "19 steps logged" in section(report, "Verdict")
+
+
+def test_a_kl_past_the_collapse_limit_ranks_after_every_configuration_under_it(tmp_path):
+    """Issue 62: places hide sizes, so a steady reward at KL 4 (the others' about 0.2) was ranked most stable."""
+    write_job(tmp_path, "0", ["optimizer.lr=1e-2"], ramp(0.8), kls=[4.0] * STEPS)  # collapse limit 10 x 0.1 = 1
+    write_job(tmp_path, "1", ["optimizer.lr=1e-3"], ramp(0.8)[:16] + [0.7] * 4, kls=[0.25] * STEPS)
+    write_job(tmp_path, "2", ["optimizer.lr=3e-4"], ramp(0.8)[:16] + [0.6] * 4, kls=[0.2] * STEPS)
+    verdict = section(write_report(tmp_path, plots=False), "Verdict")
+    stability = next(line for line in verdict.splitlines() if line.startswith("- **Stability**"))
+    order = [stability.index(f"`optimizer.lr={lr}`") for lr in ("0.001", "0.0003", "0.01")]
+    assert order == sorted(order)
+    assert "3. `optimizer.lr=0.01` (drop 0.000, std fall 0.000, mean max KL 4.000" in stability
+    assert "KL past the collapse limit 1)" in stability
+
+
+def test_each_kl_figure_of_the_verdict_says_which_it_is(tmp_path):
+    """Issue 62: the stability line (a mean over seeds) and the KL excursion line (the highest job) both said
+    "max KL", with different numbers for one configuration."""
+    write_job(tmp_path, "0", ["optimizer.lr=1e-3", "seed=0"], ramp(0.8), kls=[0.2] * STEPS)
+    write_job(tmp_path, "1", ["optimizer.lr=1e-3", "seed=1"], ramp(0.8), kls=[0.4] * STEPS)
+    verdict = section(write_report(tmp_path, plots=False), "Verdict")
+    assert "mean max KL 0.300 over 2 jobs" in verdict and "(highest KL 0.400) in jobs 0, 1" in verdict
+    assert "(max KL" not in verdict and " max KL 0." not in verdict.replace("mean max KL", "")
+
+
+def test_the_verdict_is_printed_on_the_console_when_a_sweep_ends(tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    from grpo_exp.sweep.hydra_callbacks import SweepReport
+
+    write_job(tmp_path, "0", ["optimizer.lr=1e-3"], ramp(0.8), kls=[0.05] * STEPS)
+    write_job(tmp_path, "1", ["optimizer.lr=1e-4"], ramp(0.5), kls=[0.05] * STEPS)
+    SweepReport(log_table=False).on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    printed = capsys.readouterr().out
+    assert "## Verdict" in printed and "- **Stability**" in printed and "`optimizer.lr=0.001`" in printed
+    assert "## Results" not in printed  # the tables stay in the file

@@ -20,7 +20,8 @@ EXTRA = {
     "reward/custom": [f"reward.parts.main.fn={FIXTURES / 'article_rewards.py'}:reward_customer_service"],
     "reward/support_agent": ["dataset=support_agent", "agent=support"],  # the agent's columns and tools
     "reward/math": ["dataset=gsm8k_sample"],  # a dataset with a reference answer per record
-    "reward/reasoning_gym": ["dataset=reasoning_gym"],  # a task entry per problem, for its verifier
+    # a task entry per problem, for its verifier, and a model warmed up on the task's replies
+    "reward/reasoning_gym": ["dataset=reasoning_gym", "model=tiny_arithmetic"],
     "model/tiny_arithmetic": ["dataset=reasoning_gym"],  # warmed up on the dataset's task
 }
 GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir())

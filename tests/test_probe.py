@@ -156,3 +156,29 @@ def test_the_probe_command_prints_its_table_and_no_other_bar():
     assert "reward probe: 8 training prompts x 8 completions" in done.stdout
     output = done.stdout + done.stderr
     assert "Loading weights" not in output and "Filter" not in output and "it/s]" not in output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--json",),
+        ("--json", "-m", "grpo.num_generations=4,6"),
+        ("--json", "--probe", "probe.prompts=2", "probe.group_sizes=[2]"),
+    ],
+)
+def test_every_json_command_prints_json_alone_in_wandb_offline_mode(args):
+    """Issue 62: under WANDB_MODE=offline, transformers printed "[INFO] Running in WANDB offline mode" on
+    stdout when the probe loaded it, before the JSON."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_exp.plan", *args], cwd=ROOT, capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    parsed = json.loads(done.stdout)
+    assert "peak_bytes" in parsed and ("probe" in parsed) == ("--probe" in args)

@@ -49,7 +49,8 @@ def test_each_point_is_its_own_job_and_wandb_run(grid):
     points = {(r.config["grpo.num_generations"], r.config["optimizer.lr"]) for r in runs}
     assert points == {(4, 5e-4), (4, 1e-3), (6, 5e-4), (6, 1e-3)}
     for run in runs:
-        assert f"grpo.num_generations={run.config['grpo.num_generations']}" in run.name
+        swept = run.name.split(" - job ")[0]  # the swept values lead, by their keys' last parts (issue 62)
+        assert f"num_generations={run.config['grpo.num_generations']}" in swept and "grpo." not in swept
         assert {"swept:grpo.num_generations", "swept:optimizer.lr", "model:tiny"} <= set(run.tags)
         assert {"train/reward", "train/reward_std", "train/kl", "train/rewards/format/mean"} <= run.history_keys
         assert run.config["grpo_exp"]["grpo"]["num_generations"] == run.config["grpo.num_generations"]

@@ -11,6 +11,7 @@ import random
 import pytest
 
 from grpo_exp import dataset
+from grpo_exp.config.reply_format import check_reply_format
 from grpo_exp.config.schema import TinyRecipe
 from grpo_exp.errors import UserError
 from grpo_exp.models.warmup_task import habit_corpus, task_replies
@@ -22,7 +23,7 @@ from grpo_exp.tasks import curriculum
 from grpo_exp.tasks.problems import TASK_ENTRY, Region, draw
 from grpo_exp.tracking.metrics import objective_value, summarize_eval
 
-TASK = ("dataset=reasoning_gym", "reward=reasoning_gym")
+TASK = ("dataset=reasoning_gym", "reward=reasoning_gym", "model=tiny_arithmetic")
 SMALL = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}
 
 
@@ -45,7 +46,7 @@ def test_a_task_job_checks_and_its_rewards_read_the_task_entry(settings):
         (["dataset.task=chain_sun"], "no such reasoning-gym task; did you mean chain_sum"),
         (["+dataset.task_settings.digits=2"], "chain_sum takes no setting 'digits'; its settings: min_terms"),
         (["+dataset.task_settings.max_terms=1"], "refused: max_terms must be >= min_terms"),
-        (["dataset.task=null"], "needs a task"),
+        (["dataset.task=null"], "need a reasoning-gym task: add dataset=reasoning_gym dataset.task=<name>"),
         (["dataset.curriculum.enabled=true", "dataset.curriculum.start_level=99"], "levels run from 0 to 10"),
         (["dataset.curriculum.enabled=true", "dataset.eval_fraction=0"], "judged on held-out evaluations"),
         (["reward.task_metrics.part=nope"], "no such part (parts: accuracy, format)"),
@@ -58,9 +59,25 @@ def test_a_bad_task_is_one_line_before_the_model_loads(settings, overrides, says
 
 
 def test_a_composite_names_its_tasks_and_each_is_checked(settings):
-    build_spec(settings("dataset=reasoning_gym_mix", "reward=reasoning_gym"))
+    build_spec(settings("dataset=reasoning_gym_mix", "reward=reasoning_gym", "model=tiny_arithmetic"))
     bad = "dataset.task_settings.datasets=[{name: chain_sun, weight: 1, config: {}}]"
     assert "no such reasoning-gym task" in refused(settings, "dataset=reasoning_gym_mix", bad)
+
+
+@pytest.mark.parametrize("model", ["tiny", "tiny_math", "tiny_code"])
+def test_a_tiny_model_never_warmed_up_on_task_replies_is_refused_naming_the_recipe(settings, model):
+    """Issue 62: on the customer-service model the task reward stayed 0 for 30 steps, with no word of the fix."""
+    with pytest.raises(UserError) as err:
+        build_spec(settings("dataset=reasoning_gym", "reward=reasoning_gym", f"model={model}"))
+    said = str(err.value)
+    assert "\n" not in said and "reward.reply_format=task" in said
+    assert "use +recipe=arithmetic or model=tiny_arithmetic" in said and "python -m grpo_exp.plan --probe" in said
+
+
+def test_a_model_warmed_up_on_the_tasks_replies_or_a_hub_model_is_not_refused(settings):
+    build_spec(settings(*TASK))
+    build_spec(settings(*TASK, "model.recipe.scenarios.customer_service=1"))  # a mix that has the task's replies
+    check_reply_format(settings("dataset=reasoning_gym", "reward=reasoning_gym", "model=qwen2_5_0_5b_instruct"))
 
 
 def test_held_out_problems_are_distinct_and_never_in_training():

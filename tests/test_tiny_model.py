@@ -148,3 +148,30 @@ def _parses(code: str) -> bool:
     except SyntaxError:
         return False
     return True
+
+
+def test_warm_up_progress_gives_the_time_left_from_the_rate_so_far():
+    from grpo_exp.models.progress import LOG_SECONDS, StepProgress
+
+    now = [0.0]
+    progress = StepProgress(200, clock=lambda: now[0])
+    now[0] = 2.0
+    assert progress.due(1) and progress.timing(1) == "2 s so far, about 6.6 min left"
+    now[0] = 2.0 + LOG_SECONDS / 2
+    assert not progress.due(7)  # neither a round step nor long enough since the last line
+    now[0] = 2.0 + LOG_SECONDS
+    assert progress.due(8)  # under load: a line by the clock, not only every 50 steps
+    now[0] = 40.0
+    assert progress.due(100) and progress.timing(100) == "40 s so far, about 40 s left"
+    now[0] = 300.0  # the machine got busier: the estimate follows the rate measured
+    assert progress.timing(150) == "5.0 min so far, about 100 s left"
+    assert progress.due(200) and progress.timing(200) == "took 5.0 min"
+
+
+def test_the_build_logs_its_warm_up_with_the_time_left(tmp_path, caplog):
+    """Issue 62: under load the build showed step counts with no idea of when it would end."""
+    with caplog.at_level("INFO", logger=tiny.__name__):
+        tiny.build(SMALL, tmp_path)
+    lines = [r.getMessage() for r in caplog.records if "warm-up step" in r.getMessage()]
+    assert lines[0].startswith("tiny model warm-up step 1/3: loss ") and lines[0].endswith(" left")
+    assert lines[-1].startswith("tiny model warm-up step 3/3: ") and " took " in lines[-1]

@@ -41,6 +41,21 @@ OBJECTIVES = (
 )
 
 
+# Field metadata: the key counts only while a sibling key (the group's registry key, e.g. a dataset's
+# `source`) has one of these values; set under another, it would be silently ignored (config/group_keys.py).
+USED_WITH = "used_with"
+
+
+def used_with(selector: str, *choices: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The metadata of a field read only when its sibling ``selector`` is one of ``choices``."""
+    return {USED_WITH: (selector, choices)}
+
+
+GENERATED_TASK = used_with("source", "reasoning_gym")  # grpo_exp/dataset.py: _load_task
+LOCAL_FILE = used_with("source", "json")
+HUB_DATASET = used_with("source", "hub")
+
+
 @dataclass
 class LoraSettings:
     enabled: bool = False
@@ -127,9 +142,9 @@ class CurriculumSettings:
 class DatasetSettings:
     source: str = "builtin"
     name: str | None = None
-    path: str | None = None
-    subset: str | None = None
-    split: str = "train"
+    path: str | None = field(default=None, metadata=LOCAL_FILE)
+    subset: str | None = field(default=None, metadata=HUB_DATASET)
+    split: str = field(default="train", metadata=HUB_DATASET)
     prompt_field: str = "prompt"
     chat: bool = True
     system_prompt: str | None = None
@@ -140,10 +155,12 @@ class DatasetSettings:
     split_seed: int = 0
     reference_field: str | None = None  # the field holding a record's verifiable answer (reward=math); None: none
     reference_marker: str | None = None  # the answer is the text after the field's last marker; None: all of it
-    task: str | None = None  # a reasoning-gym task (source reasoning_gym): grpo_exp/tasks/problems.py
-    task_settings: dict[str, Any] = field(default_factory=dict)  # the task's own config keys
-    eval_samples: int = 100  # held-out problems of a generated task (its share of the space: eval_fraction)
-    curriculum: CurriculumSettings = field(default_factory=lambda: CurriculumSettings())
+    # a reasoning-gym task (source reasoning_gym): grpo_exp/tasks/problems.py
+    task: str | None = field(default=None, metadata=GENERATED_TASK)
+    task_settings: dict[str, Any] = field(default_factory=dict, metadata=GENERATED_TASK)  # the task's own config
+    # held-out problems of a generated task (its share of the space: eval_fraction)
+    eval_samples: int = field(default=100, metadata=GENERATED_TASK)
+    curriculum: CurriculumSettings = field(default_factory=lambda: CurriculumSettings(), metadata=GENERATED_TASK)
 
 
 @dataclass
@@ -192,6 +209,9 @@ class RewardSettings:
     on_timeout: OnTimeout = OnTimeout.skip
     task_metrics: TaskMetricSettings = field(default_factory=TaskMetricSettings)
     max_timeouts_in_a_row: int = 10  # calls of one part past its limit before the run fails
+    # The embedded model's warm-up scenario that teaches the replies the parts score (config/reply_format.py);
+    # None: any reply form.
+    reply_format: str | None = None
 
 
 @dataclass

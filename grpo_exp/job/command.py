@@ -62,9 +62,12 @@ def preflight(argv: list[str]) -> list[str]:
         ConfigStore.instance().store(name="schema", node={})
         return argv
     register_schema()
+    config_dir = CONF_DIR.parent / args.config_path if args.config_path else CONF_DIR
+    if args.cfg and not (args.config_dir or args.experimental_rerun):
+        _check_printed_config(config_dir, args.config_name or "config", args.overrides, args.multirun)
+        return argv
     if any(getattr(args, flag, None) for flag in _PRINT_ONLY) or args.config_dir or args.experimental_rerun:
         return argv
-    config_dir = CONF_DIR.parent / args.config_path if args.config_path else CONF_DIR
     from grpo_exp.job.preflight import check_command, recorded_spec  # --help and --cfg return above
 
     try:
@@ -83,6 +86,18 @@ def preflight(argv: list[str]) -> list[str]:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     return argv
+
+
+def _check_printed_config(config_dir: Path, config_name: str, overrides: list[str], multirun: bool) -> None:
+    """``--cfg`` prints the config a run would get: it is refused as the run would be (one line, exit 2),
+    by every check that needs no torch (the machine's say, ``layout``, is left to the run)."""
+    from grpo_exp.job.preflight import check_command
+
+    try:
+        check_command(config_dir, config_name, overrides, multirun, ask_machine=False)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
 
 
 def _sweep_overrides(config_dir: Path, config_name: str, overrides: list[str]) -> list[str]:

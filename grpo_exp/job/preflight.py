@@ -22,7 +22,7 @@ from grpo_exp.config.errors import describe_config_error
 from grpo_exp.config.loading import to_settings
 from grpo_exp.config.schema import register_schema
 from grpo_exp.errors import UserError
-from grpo_exp.spec import JobSpec, build_spec
+from grpo_exp.spec import JobSpec, build_spec, check_config
 
 # Beyond this many combinations only the first are checked, so checking stays well under a minute.
 MAX_CHECKED_JOBS = 64
@@ -34,19 +34,27 @@ _SPECS: dict[str, JobSpec] = {}
 
 
 def check_command(
-    config_dir: Path, config_name: str, overrides: Sequence[str], multirun: bool, validating: bool = True
+    config_dir: Path,
+    config_name: str,
+    overrides: Sequence[str],
+    multirun: bool,
+    validating: bool = True,
+    ask_machine: bool = True,
 ) -> None:
     """Compose and validate each job the command would run; a one-line UserError for the first bad one.
 
-    ``validating=False`` only composes (a resumed job validates its folder's recorded config instead).
+    ``validating=False`` only composes (a resumed job validates its folder's recorded config instead);
+    ``ask_machine=False`` runs every check but the machine's (``--cfg``: torch stays unimported).
     """
     register_schema()
     with initialize_config_dir(config_dir=str(config_dir.resolve()), version_base="1.3"):
         jobs = list(job_overrides(config_name, overrides)) if multirun else [list(overrides)]
         for job in jobs[:MAX_CHECKED_JOBS]:
             cfg = compose_job(config_name, job)
-            if validating:
+            if validating and ask_machine:
                 job_spec(cfg)
+            elif validating:
+                check_config(to_settings(cfg))
 
 
 def job_spec(cfg: DictConfig) -> JobSpec:

@@ -28,6 +28,7 @@ from pathlib import Path
 from grpo_exp.cache import cache_root
 from grpo_exp.config.schema import TinyRecipe
 from grpo_exp.models.examples import Example
+from grpo_exp.models.progress import StepProgress
 from grpo_exp.models.warmup import build_corpus, corpus_files
 from grpo_exp.models.warmup_task import habit_corpus
 from grpo_exp.shipped import shipped_file
@@ -47,7 +48,6 @@ TEMPLATE_FILE = ("chat_templates", "qwen3.jinja")
 # start a number (the SO of order SO3196).
 COPIED = r"[A-Z]+(?=\d)|\d"
 LOSS_IGNORE = -100
-SFT_LOG_EVERY = 50
 
 
 def recipe_key(recipe: TinyRecipe) -> str:
@@ -210,6 +210,7 @@ def warm_up(model, tokenizer, corpus: list[Example], recipe: TinyRecipe, steps: 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
     generator = torch.Generator().manual_seed(recipe.seed)
+    progress = StepProgress(steps)
     model.train()
     for step in range(steps):
         input_ids, labels = _pad(_batch(rows, recipe.sft_batch_tokens, generator), tokenizer.pad_token_id)
@@ -218,8 +219,10 @@ def warm_up(model, tokenizer, corpus: list[Example], recipe: TinyRecipe, steps: 
         optimizer.step()
         schedule.step()
         optimizer.zero_grad()
-        if step % SFT_LOG_EVERY == 0 or step == steps - 1:
-            log.info("tiny model warm-up step %d/%d: loss %.3f", step + 1, steps, loss.item())
+        if progress.due(step + 1):
+            log.info(
+                "tiny model warm-up step %d/%d: loss %.3f, %s", step + 1, steps, loss.item(), progress.timing(step + 1)
+            )
     model.eval()
 
 

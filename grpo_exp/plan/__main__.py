@@ -19,6 +19,7 @@ tokenizer (``memory.prompts``): both are cached, and the plan says when it measu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -81,7 +82,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parser().parse_known_args(argv)
     try:
-        result = run(args, overrides)
+        # With --json, stdout is the JSON alone: whatever a library prints on the way (transformers prints
+        # "[INFO] Running in WANDB offline mode" when it loads under WANDB_MODE=offline) goes to stderr.
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            result = run(args, overrides)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR

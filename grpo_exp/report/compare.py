@@ -23,7 +23,7 @@ from grpo_exp.report import seed_verdict
 from grpo_exp.report.decision import Decision
 from grpo_exp.report.halving import halving_section
 from grpo_exp.report.jobs import JobRecord
-from grpo_exp.report.stability import Stability, describe, median_max_kl, rank_stability
+from grpo_exp.report.stability import HIGHEST_KL, Stability, describe, median_max_kl, rank_stability
 from grpo_exp.report.sweep import (
     DEFAULT_OBJECTIVE,
     DEFAULT_VALUE,
@@ -121,7 +121,8 @@ def _stability(sweep: Sweep, ranked: list[Stability]) -> list[str]:
         caveat = f" ({jobs_text(no_kl)} logged no KL: ranked without it)" if no_kl else ""
         lines.append(
             "- **Stability**, relative to this sweep, most stable first (ranked on the drop from the peak reward, "
-            f"the fall of reward std before success and the max KL against the sweep's median){caveat}: {listing}."
+            "the fall of reward std before success and the max KL against the sweep's median; a KL past the "
+            f"collapse limit ranks last){caveat}: {listing}."
         )
     if dead:
         floor, gain = (
@@ -152,7 +153,7 @@ def _kl_lines(drifting: list[tuple[str, list[JobRecord]]], sweep: Sweep) -> list
     mildest_label, mildest = min(drifting, key=lambda lj: max(job.value("max_kl") or 0.0 for job in lj[1]))
     return [
         f"- **KL excursion** in {len(drifting)} of {len(sweep.configs())} configurations: {_kl_text(jobs)}; "
-        f"the mildest is `{mildest_label}` (max KL {max(job.value('max_kl') or 0.0 for job in mildest):.3f})."
+        f"the mildest is `{mildest_label}` ({HIGHEST_KL} {max(job.value('max_kl') or 0.0 for job in mildest):.3f})."
     ]
 
 
@@ -178,7 +179,7 @@ def _kl_text(jobs: list[JobRecord]) -> str:
     steps = _span([job.kl_steps for job in jobs], "{:.0f}")
     threshold = _span([job.kl_threshold for job in jobs], "{:g}")
     max_kl = max(job.value("max_kl") or 0.0 for job in jobs)
-    return f"{steps} steps above {threshold} (max KL {max_kl:.3f}) in {jobs_text(jobs)}"
+    return f"{steps} steps above {threshold} ({HIGHEST_KL} {max_kl:.3f}) in {jobs_text(jobs)}"
 
 
 def _collapse_text(jobs: list[JobRecord]) -> str:
@@ -231,6 +232,12 @@ def write_report(
     report = out_dir / REPORT_MD
     report.write_text(markdown(sweep, images, notes, decision), encoding="utf-8")
     return report
+
+
+def console_summary(report: Path) -> str:
+    """What the console shows of a written report: its header line and verdict (the tables and plots stay in
+    the file), printed by the report command and at the end of a sweep."""
+    return report.read_text(encoding="utf-8").split("\n## Results")[0].rstrip()
 
 
 def write_csv(sweep: Sweep, path: Path, decision: Decision | None = None) -> None:
@@ -388,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_NOTHING_TO_REPORT
-    print(report.read_text(encoding="utf-8").split("## Results")[0].rstrip())
+    print(console_summary(report))
     print(f"\nreport: {report}")
     if args.log_table:
         from grpo_exp.report.trackers import log_intervals

@@ -36,6 +36,7 @@ from grpo_exp.tracking.wandb_run import SEED_KEY
 DEFAULT_KL_THRESHOLD = MonitorSettings.kl_threshold
 DEFAULT_MIN_REWARD_STD = MonitorSettings.min_reward_std
 DEFAULT_MIN_IMPROVEMENT = MonitorSettings.min_improvement
+DEFAULT_COLLAPSE_KL_MULTIPLE = MonitorSettings.collapse_kl_multiple
 # Overrides that say how a job was run, not what it is: never a swept value.
 BOOKKEEPING = ("resume", "sweep.halving.rung_steps")
 # A final reward within this of the run's peak counts as "at its best": homogeneous completions
@@ -59,6 +60,7 @@ class JobRecord:
     kl_threshold: float = DEFAULT_KL_THRESHOLD
     min_reward_std: float = DEFAULT_MIN_REWARD_STD
     min_improvement: float = DEFAULT_MIN_IMPROVEMENT
+    collapse_kl_multiple: float = DEFAULT_COLLAPSE_KL_MULTIPLE
     objective: str | None = None  # what the job returned to the sweeper (config key `objective`)
     seed: Any = None  # the seed it ran with (its override, else its config's); None when neither says
     verdict: VerdictSettings | None = None  # its sweep.verdict settings; None without a readable config.yaml
@@ -87,6 +89,17 @@ class JobRecord:
         """Steps with KL above this job's threshold; None when it logged no KL."""
         steps = self.value("steps_above_kl_threshold")
         return None if steps is None else int(steps)
+
+    @property
+    def kl_collapse_limit(self) -> float:
+        """The KL the run's monitor calls a collapse (``collapse_kl_multiple`` x ``kl_threshold``)."""
+        return self.collapse_kl_multiple * self.kl_threshold
+
+    @property
+    def kl_ran_away(self) -> bool:
+        """Its KL passed the collapse limit at some step: far from the reference model, however its reward held."""
+        max_kl = self.value("max_kl")
+        return max_kl is not None and max_kl > self.kl_collapse_limit
 
     @property
     def collapsed(self) -> bool | None:
@@ -164,6 +177,7 @@ def load_job(path: Path) -> JobRecord:
         kl_threshold=kl_threshold,
         min_reward_std=float(monitor.get("min_reward_std", DEFAULT_MIN_REWARD_STD)),
         min_improvement=float(monitor.get("min_improvement", DEFAULT_MIN_IMPROVEMENT)),
+        collapse_kl_multiple=float(monitor.get("collapse_kl_multiple", DEFAULT_COLLAPSE_KL_MULTIPLE)),
         objective=config.get("objective") if isinstance(config.get("objective"), str) else None,
         seed=overrides.get(SEED_KEY, config.get(SEED_KEY)),
         verdict=_verdict(config),

@@ -6,7 +6,10 @@ signal, not stable), and the live configurations are ranked on three signs of in
 placed across the sweep (0 the steadiest, 1 the least steady, ties share) and the places averaged:
 the reward's drop from its peak, the reward std's fall before success (homogeneous generations),
 and the largest KL relative to the sweep's median. Ties keep the sweep's order (best objective first).
-The article's absolute KL alarm stays a flag of its own (compare.py).
+Places hide sizes, so one absolute line comes first: a configuration whose KL passed the monitor's
+collapse limit (``collapse_kl_multiple`` x ``kl_threshold``, what a run calls a collapse) ranks
+after every one that stayed under it, however steady its reward (a KL of 4 next to the others'
+0.3 was ranked most stable). The article's KL alarm stays a flag of its own (compare.py).
 """
 
 from __future__ import annotations
@@ -24,8 +27,12 @@ SIGNS: dict[str, Callable[[JobRecord], float | None]] = {
     "max KL": lambda job: job.value("max_kl"),
 }
 
+# What each KL figure of the report is: the stability line's is a mean over the configuration's jobs, the
+# KL excursion line's the highest of them.
+MEAN_MAX_KL = "mean max KL"
+HIGHEST_KL = "highest KL"
 # How each sign reads in the report.
-SIGN_LABELS = {"drop from peak": "drop", "reward-std fall": "std fall", "max KL": "max KL"}
+SIGN_LABELS = {"drop from peak": "drop", "reward-std fall": "std fall", "max KL": MEAN_MAX_KL}
 
 
 @dataclass
@@ -37,6 +44,7 @@ class Stability:
     dead: bool
     signs: dict[str, float]  # mean over the configuration's live jobs; a sign none of them logged is absent
     score: float | None = None  # mean of its places over the signs (0 = steadiest on each); None when dead
+    kl_ran_away: bool = False  # a live job's KL passed its collapse limit: ranked after those that stayed under
 
 
 def rank_stability(configs: dict[str, list[JobRecord]]) -> list[Stability]:
@@ -45,12 +53,13 @@ def rank_stability(configs: dict[str, list[JobRecord]]) -> list[Stability]:
     for label, jobs in configs.items():
         live = [job for job in jobs if not job.dead]
         signs = {name: _mean([sign(job) for job in live]) for name, sign in SIGNS.items()}
-        assessed.append(Stability(label, jobs, not live, {k: v for k, v in signs.items() if v is not None}))
+        measured = {k: v for k, v in signs.items() if v is not None}
+        assessed.append(Stability(label, jobs, not live, measured, kl_ran_away=any(job.kl_ran_away for job in live)))
     live = [s for s in assessed if not s.dead]
     for s in live:
         places = [_place(s.signs[name], [o.signs[name] for o in live if name in o.signs]) for name in s.signs]
         s.score = _mean(places)
-    return sorted(assessed, key=lambda s: (s.dead, s.score if s.score is not None else 0.0))
+    return sorted(assessed, key=lambda s: (s.dead, s.kl_ran_away, s.score if s.score is not None else 0.0))
 
 
 def median_max_kl(ranked: list[Stability]) -> float | None:
@@ -60,10 +69,17 @@ def median_max_kl(ranked: list[Stability]) -> float | None:
 
 
 def describe(stability: Stability, median_kl: float | None) -> str:
-    """Its signs as the Stability line shows them: "drop 0.000, std fall 0.000, max KL 0.2, 1.0× the median"."""
+    """Its signs as the Stability line shows them: "drop 0.000, std fall 0.000, mean max KL 0.200 over 2 jobs,
+    1.0× the sweep's median", and "past the collapse limit" where its KL ran away."""
     parts = [f"{SIGN_LABELS[name]} {value:.3f}" for name, value in stability.signs.items()]
-    if "max KL" in stability.signs and median_kl:
-        parts[-1] += f", {stability.signs['max KL'] / median_kl:.1f}× the median"
+    if "max KL" in stability.signs:
+        live = sum(1 for job in stability.jobs if not job.dead)
+        parts[-1] += f" over {live} jobs" if live > 1 else ""
+        if median_kl:
+            parts[-1] += f", {stability.signs['max KL'] / median_kl:.1f}× the sweep's median"
+    if stability.kl_ran_away:
+        limits = sorted({job.kl_collapse_limit for job in stability.jobs if job.kl_ran_away})
+        parts.append(f"KL past the collapse limit {', '.join(f'{limit:g}' for limit in limits)}")
     return ", ".join(parts) or "nothing logged to judge"
 
 

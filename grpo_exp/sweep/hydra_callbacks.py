@@ -23,13 +23,14 @@ class SweepReport(Callback):
         self.log_table = log_table
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from grpo_exp.report.compare import write_report
+        from grpo_exp.report.compare import console_summary, write_report
 
         try:
             report = write_report(Path(config.hydra.sweep.dir))
         except UserError as exc:  # a report is a courtesy; it never fails the sweep
             log.warning("no sweep report: %s", exc)
             return
+        print(console_summary(report), flush=True)  # the verdict is the sweep's result: on stdout, as the report's
         log.info("sweep report: %s", report)
         if self.log_table:
             from grpo_exp.report.trackers import log_intervals

@@ -73,31 +73,47 @@ def value_text(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def identity_from_hydra() -> RunIdentity:
-    """Name from the job's overrides, tags from its config choices and swept keys, group per sweep."""
+def identity_from_hydra(hydra_cfg: Any = None) -> RunIdentity:
+    """Name from the job's overrides (a sweep's: the swept ones), tags from its config choices and swept
+    keys, group per sweep. ``hydra_cfg``: Hydra's node of the running job (by default, ``HydraConfig``'s)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    hydra_cfg = HydraConfig.get()
+    hydra_cfg = hydra_cfg if hydra_cfg is not None else HydraConfig.get()
     overrides = {
         o.key_or_group: o.value()
         for o in _parse(hydra_cfg.overrides.task)
         if not o.key_or_group.lstrip("+~").startswith(("hydra.", "logger", "resume", "sweep.halving.rung_steps"))
     }
-    name = ",".join(f"{k}={v}" for k, v in overrides.items()) or DEFAULTS
     tags = [
         f"{group}:{choice}" for group, choice in hydra_cfg.runtime.choices.items() if choice and "hydra" not in group
     ]
     if hydra_cfg.mode != RunMode.MULTIRUN:
         own = configuration_label({k: v for k, v in overrides.items() if k != SEED_KEY})
-        return RunIdentity(name=name, tags=tags, overrides=overrides, configuration=own)
+        return RunIdentity(name=run_name(overrides), tags=tags, overrides=overrides, configuration=own)
     sweep_dir = Path(hydra_cfg.sweep.dir)
     swept = swept_keys(sweep_dir, hydra_cfg.sweeper.get("params") or {})
+    # Last, where a cut sidebar loses it: the job number and sweep folder keep names apart between sweeps (a
+    # resumed trackio run is found by its name, which also names a folder of its store: no "/").
+    name = (
+        f"{run_name({k: overrides[k] for k in swept if k in overrides})} - job {hydra_cfg.job.num} of {sweep_dir.name}"
+    )
     sweep_name = hydra_cfg.runtime.choices.get("sweep") or "_".join(["sweep", *(k.rpartition(".")[2] for k in swept)])
     tags += [f"swept:{key}" for key in swept]
     own = configuration_label({k: overrides[k] for k in swept if k in overrides and k != SEED_KEY})
     group = f"{sweep_name}-{sweep_dir.name}"
     return RunIdentity(name=name, group=group, tags=tags, overrides=overrides, configuration=own)
+
+
+def run_name(values: dict[str, Any]) -> str:
+    """A run's name in the dashboards: ``key=value`` of the values given, each key by its last part where
+    that is unambiguous (``lr=0.0001,seed=1``), so the sidebar's first characters tell the runs apart.
+
+    A sweep names its jobs by the values it sweeps only: the overrides every job shares would come
+    first, the same on each run, and push the ones that differ out of the sidebar."""
+    last = [key.rpartition(".")[2] for key in values]
+    shown = [short if last.count(short) == 1 else key for key, short in zip(values, last, strict=True)]
+    return ",".join(f"{key}={value_text(value)}" for key, value in zip(shown, values.values(), strict=True)) or DEFAULTS
 
 
 def swept_keys(sweep_dir: Path, params: dict[str, Any]) -> list[str]:
