@@ -18,6 +18,15 @@ from grpo_exp.tracking.monitor import Alert, HealthMonitor
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
+# A tiny model warmed up on the task's replies (the customer-service one is refused): a short warm-up, as these
+# runs check the plumbing, not what the model learns; built once into the cache.
+QUICK_TASK_MODEL = (
+    "model=tiny_arithmetic",
+    "model.recipe.corpus_size=300",
+    "model.recipe.sft_steps=30",
+    "model.recipe.habit_steps=0",
+)
+
 # Under pytest-xdist (make test) the workers share the cores: each worker, and every run.py it
 # starts, gets its share of torch threads. Left at torch's default, two workers each ran a thread
 # per core, and OpenMP's waiting threads took three times the CPU (CI: 13 -> 24 minutes). A tiny

@@ -20,9 +20,16 @@ from grpo_exp.folder import JobFolder, read_rows
 from grpo_exp.job import evaluate
 from grpo_exp.tracking.outcome import format_outcome
 from grpo_exp.training import checkpoints, schedule
-from tests.conftest import ROOT
+from tests.conftest import QUICK_TASK_MODEL, ROOT
 
-TASK = ("dataset=reasoning_gym", "dataset.task=chain_sum", "reward=reasoning_gym", "logger=none", "threads=1")
+TASK = (
+    "dataset=reasoning_gym",
+    "dataset.task=chain_sum",
+    "reward=reasoning_gym",
+    "logger=none",
+    "threads=1",
+    *QUICK_TASK_MODEL,
+)
 # Two held-out problems, two short completions each: scoring takes seconds.
 TINY = (
     "dataset.num_samples=8",

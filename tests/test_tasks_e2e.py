@@ -14,16 +14,8 @@ import pytest
 from grpo_exp.config.task_checks import held_out_metrics
 from grpo_exp.folder import read_rows
 from grpo_exp.tracking.metrics import eval_rows, training_rows
-from tests.conftest import ROOT
+from tests.conftest import QUICK_TASK_MODEL, ROOT
 
-# A tiny model warmed up on the task's replies (the customer-service one is refused): a short warm-up, as these
-# runs check the plumbing, not what the model learns; built once into the cache.
-QUICK_TASK_MODEL = (
-    "model=tiny_arithmetic",
-    "model.recipe.corpus_size=300",
-    "model.recipe.sft_steps=30",
-    "model.recipe.habit_steps=0",
-)
 TASK = ("dataset=reasoning_gym", "dataset.task=chain_sum", "reward=reasoning_gym", "logger=none", *QUICK_TASK_MODEL)
 SHORT = ("dataset.num_samples=40", "dataset.eval_samples=6", "grpo.num_generations_eval=4", "save_model=false")
 
