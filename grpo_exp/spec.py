@@ -5,9 +5,10 @@ A composed config becomes a spec in five steps, each once:
 1. check: the schema's types (``loading``), then the ranges and the rules between keys (``checks``),
    and keys the chosen group does not read (``group_keys``);
 2. derive: the batch that holds whole groups on the launch's processes;
-3. resolve: the model source (path and cache key), whether the embedded model can give the replies
-   the reward scores (``reply_format``), the data's columns;
+3. resolve: the model source (path and cache key), the data's columns;
 4. build: the reward functions, whose columns are checked against the data's, and the agent's tools;
+   then whether the embedded model can give the replies the reward scores (``reply_format``), after
+   the checks of the keys the user typed, so that those are named first;
 5. decide: the layout (device, precision, processes), from torch, and what it rules out. Last, so
    a bad config is refused before torch is imported; ``check_config`` (``--cfg job``) stops before it.
 
@@ -91,7 +92,6 @@ def _build_config(settings: ExperimentConfig) -> _Built:
     groups = checks.check_groups(settings, processes)  # before the batch: an adaptive run's sizes say more
     warnings = batch.size_batch(settings, processes)
     checks.check_model(settings)
-    check_reply_format(settings)
     model = models.resolve(settings.model)
     columns = dataset.check_dataset(settings.dataset)
     toolset = build_tools(settings.agent)
@@ -100,6 +100,7 @@ def _build_config(settings: ExperimentConfig) -> _Built:
         raise UserError("agent.tools need chat prompts (TRL renders the tools into them): set dataset.chat=true")
     if columns is not None:
         _check_columns(rewards, columns, dataset.source_name(settings.dataset))
+    check_reply_format(settings)  # after the typed keys' own checks: those name what the user wrote
     return _Built(groups, tuple(warnings), model, toolset, tuple(rewards), tuple(weights))
 
 

@@ -18,8 +18,8 @@ from grpo_exp.tasks.problems import Region, draw
 from tests.conftest import ROOT
 from tests.test_cli import BATCH_PROBE
 
-TASK = ("dataset=reasoning_gym", "reward=reasoning_gym")
-MIX = ("dataset=reasoning_gym_mix", "reward=reasoning_gym")
+TASK = ("dataset=reasoning_gym", "reward=reasoning_gym", "model=tiny_arithmetic")
+MIX = ("dataset=reasoning_gym_mix", "reward=reasoning_gym", "model=tiny_arithmetic")
 CURRICULUM = (*TASK, "dataset.curriculum.enabled=true")
 
 
