@@ -437,7 +437,10 @@ def test_the_embedded_model_attends_eagerly_on_a_gpu_in_16_bit_compute(settings)
     """Issue 59: on an H200 in bf16 the default run's SDPA gradients went NaN in 2-19 steps; eager trained."""
     layout = decide(settings(), H200)
     assert (layout.precision, layout.attention) == (Precision.bf16, "eager")
-    assert layout.describe() == "training on GPU 0 (NVIDIA H200), 1 process: bf16 compute, float32 weights, eager attention"
+    assert (
+        layout.describe()
+        == "training on GPU 0 (NVIDIA H200), 1 process: bf16 compute, float32 weights, eager attention"
+    )
     assert layout.record()["attention"] == "eager"  # run_info.json's layout
     assert decide(settings(), T4).attention == "eager"  # fp16 autocast: the same 16-bit kernels
     assert decide(settings("model=tiny_math"), H200).attention == "eager"  # every embedded recipe
