@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from grpo_exp.config.layout import Layout
+from grpo_exp.config.layout import Layout, Precision
 
 # A NaN in these ends the job: every later step would be wasted compute. (An inf gradient norm is no
 # divergence: under fp16 autocast the grad scaler skips such steps by design.)
@@ -99,13 +98,12 @@ class DivergenceWatch:
             return f"a reward function returned {first.value}: make every reward part return finite scores"
         if self.moved():
             return "the policy had moved: lower optimizer.lr, keep optimizer.max_grad_norm set, and check the rewards"
-        sixteen_bit = self.layout is not None and self.layout.precision.value != "fp32"
-        if sixteen_bit:
-            assert self.layout is not None
-            fix = "" if self.layout.attention == "eager" else "model.attn_implementation=eager, or "
+        layout = self.layout
+        if layout is not None and layout.precision is not Precision.fp32:
+            fix = "" if layout.attention == "eager" else "model.attn_implementation=eager, or "
             return (
                 f"the policy had barely moved (KL under {MOVED_KL}), so not the learning rate: a "
-                f"{self.layout.precision.value} kernel is the likely source; set {fix}grpo.bf16=false (fp32 compute)"
+                f"{layout.precision.value} kernel is the likely source; set {fix}grpo.bf16=false (fp32 compute)"
             )
         return (
             f"the policy had barely moved (KL under {MOVED_KL}), so not the learning rate: check the prompts and "
