@@ -1,10 +1,23 @@
 """The GPU story in one script, offline, under eight minutes: what users run (run.py), checked on a GPU.
 
-No hub is needed: the model is Qwen2.5-0.5B's architecture with random weights and a made-up tokenizer
-of its vocabulary (``random_qwen.py``). Every case is one ``python run.py model=qwen2_5_0_5b_instruct
+First what users run as they run it, on the embedded default model:
+
+- ``default_run``: ``python run.py logger=none``, the default recipe to its end (150 steps): the
+  held-out reward before -> after (summary.json) and the precision and attention it trained in
+  (run_info.json's layout); it must complete and its held-out reward rise.
+- ``sweep``: ``python run.py -m +launcher=parallel seed=1,2,3,4 logger=none``, shortened to
+  ``SWEEP_STEPS`` steps so that it fits the budget: the jobs at a time its launch line says, and the
+  jobs completed (all four must).
+
+The rest needs no hub either: the model is Qwen2.5-0.5B's architecture with random weights and a made-up
+tokenizer of its vocabulary (``random_qwen.py``). Every case is one ``python run.py model=qwen2_5_0_5b_instruct
 model.name_or_path=<that folder> ...`` job in its own process (vLLM keeps its GPU memory until the
 process ends), read back from its job folder (``metrics.jsonl``, ``summary.json``, ``run_info.json``'s
 layout, ``plan.json``, ``model/``):
+
+- ``vs_trl``: 5 steps of 8 prompts x 8 completions of 128 tokens through run.py, then the same job as
+  plain TRL writes it (``trl_random_qwen.py``, the same GRPOConfig): the train loop (the trainer's
+  ``train_runtime``) and the whole process, each side.
 
 - ``precision``: full fine-tuning, two steps at lr 2e-5. The share of weight elements the saved
   model changed: with float32 master weights nearly all; pure bf16 would round most updates away,
@@ -26,19 +39,22 @@ A case that can't run here (no vLLM, one GPU, ...) is reported as skipped with i
 It runs with whichever Python starts it (the jobs use the same interpreter): a venv from ``make setup``,
 or a GPU node's own Python and torch with the project installed offline (docs/offline.md)::
 
-    python benchmarks/gpu_check.py                            # every case, about 6-7 minutes
+    python benchmarks/gpu_check.py                            # every case that fits 8 minutes
     python benchmarks/gpu_check.py --cases precision,vllm --out /scratch/gpu_check
+    python benchmarks/gpu_check.py --budget-s 300             # a case that no longer fits is skipped
+    python benchmarks/gpu_check.py --dry-run                  # the plan: cases, estimates, what fits
     python benchmarks/gpu_check.py --smoke --out /tmp/check   # on a CPU: the plumbing
 
 Its first line names the versions it found. Everything goes under ``--out`` (by default a new folder
 in ``~/grpo_exp_gpu_check``, never the repository): ``gpu_check.json`` and ``.md``, and ``jobs/<case>/``,
 each job's own folder (``run.log``, ``error.txt`` when it failed, ``console.log``: its console output,
-``metrics.jsonl``, ``plan.json``), kept so that a failure can be explained. Copy the table into
+``metrics.jsonl``, ``plan.json``), kept so that a failure can be explained. The report is written again
+after every case, so a check stopped at its limit keeps the rows it finished. Copy the table into
 benchmarks/gpu_check.md by hand once it has run on a GPU.
 
-``--smoke`` runs the cases a CPU can (precision, lora) through run.py with ``device=cpu`` on a
-shrunken model (2 layers, a small vocabulary), 1 step, short completions: it checks the script and
-the precision measurement, not the speed.
+``--smoke`` runs the cases a CPU can (precision, lora by default; default_run, sweep and vs_trl when
+named) through run.py with ``device=cpu`` on a shrunken model (2 layers, a small vocabulary), 1-2 steps,
+short completions: it checks the script and the precision measurement, not the speed.
 """
 
 from __future__ import annotations
@@ -47,188 +63,66 @@ import argparse
 import datetime
 import importlib.util
 import json
-import platform
-import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import harness
+from benchmarks.gpu_check_jobs import (
+    GENERATION_WORKLOAD,
+    LEARNING_RATE,
+    TRAINING_WORKLOAD,
+    WARMUP_CALLS,
+    Context,
+    check,
+    job_row,
+    median_after_warmup,
+    run_job,
+    skipped,
+)
+from benchmarks.gpu_check_report import markdown, versions, versions_line
+from benchmarks.gpu_check_user_runs import DEFAULT_RUN_STEPS, SWEEP_STEPS, case_default_run, case_sweep, case_vs_trl
 from benchmarks.random_qwen import build_model
 
 OUT_PARENT = Path.home() / "grpo_exp_gpu_check"  # --out's default is a new folder in here: outside the tree
 JOBS = "jobs"  # <out>/jobs/<case>/: each job's folder, kept
-VERSIONS_OF = ("transformers", "trl", "peft", "accelerate", "bitsandbytes", "vllm")  # beside python and torch
-
-
-@dataclass(frozen=True)
-class Workload:
-    """One job's size: steps, group, prompts per step, completion length."""
-
-    steps: int
-    num_generations: int
-    prompts_per_step: int
-    max_completion_length: int
-
-    def overrides(self) -> list[str]:
-        return [
-            f"grpo.max_steps={self.steps}",
-            f"grpo.num_generations={self.num_generations}",
-            f"grpo.prompts_per_step={self.prompts_per_step}",
-            f"grpo.max_completion_length={self.max_completion_length}",
-        ]
-
-
-# Each GPU workload is sized to its question; together they stay well inside TOTAL_BUDGET_S.
-TRAINING_WORKLOAD = Workload(steps=2, num_generations=4, prompts_per_step=2, max_completion_length=64)
-# vLLM's gain is batching: 64 completions of 256 tokens at once (the article's length), 1 warm-up step + 3.
-GENERATION_WORKLOAD = Workload(steps=4, num_generations=8, prompts_per_step=8, max_completion_length=256)
-SMOKE_WORKLOAD = Workload(steps=1, num_generations=4, prompts_per_step=2, max_completion_length=8)
-WARMUP_CALLS = 1  # timings dropped from the front: CUDA kernels, vLLM's first batch, allocator growth
-LEARNING_RATE = 2e-5  # the article's rate; Adam's first steps move every weight by about this much
-LENGTH_TARGET_CHARS = 4096  # above any completion here: the reward pays for every character
 BF16_CONTROL_WEIGHT = "model.layers.0.mlp.down_proj.weight"  # any matrix with Qwen's initialisation
 CHANGED_SHARE_MIN = 0.5  # fp32 master weights: most elements must move in one step
 UNCHANGED_SHARE_MIN = 0.5  # pure bf16: most elements must stay put (the round-away the check shows)
-# Per case on one H200, start-up (imports, model load: ~30 s a job) included; the model build is ~30 s.
-CASE_ESTIMATE_S = {"precision": 60, "lora": 50, "qlora": 60, "vllm": 240, "two_processes": 70}
-CASE_TIMEOUT_S = {"precision": 150, "lora": 150, "qlora": 150, "vllm": 330, "two_processes": 180}
-SMOKE_TIMEOUT_S = 120
-TOTAL_BUDGET_S = 470  # under 8 minutes: a case that no longer fits is skipped, not started
-# Timed inside each job by the harness's shim: generation, and vLLM's weight sync (which runs inside it).
-TIMED = {
-    "trl.trainer.grpo_trainer:GRPOTrainer._generate": "generate_s",
-    "trl.generation.vllm_generation:VLLMGeneration.sync_weights": "sync_weights_s",
+# Per case on one H200, start-up included. Measured there on 2026-12-04 (gpu_check.md): precision 48 s,
+# lora 39 s, qlora 41 s, model build 18 s; the default's 150 steps in fp32 took 63 s; plain TRL's 5-step
+# 0.5B job 57 s and run.py's 62 s. The rest are guesses: the sweep's 4 jobs of 40 steps side by side.
+CASE_ESTIMATE_S = {
+    "default_run": 80,
+    "sweep": 80,
+    "vs_trl": 130,
+    "precision": 50,
+    "lora": 40,
+    "qlora": 45,
+    "vllm": 240,
+    "two_processes": 70,
 }
-CONSOLE_LOG = "console.log"
-GIB = 2**30
+MODEL_BUILD_ESTIMATE_S = 20  # the random model; the embedded one, when its cache is cold, takes minutes more
+EMBEDDED_CASES = {"default_run", "sweep"}  # they train the embedded default model (its cache is warmed first)
+CASE_WHAT = {  # what --dry-run says each case runs
+    "default_run": f"python run.py logger=none ({DEFAULT_RUN_STEPS} steps): held-out reward before -> after",
+    "sweep": f"python run.py -m +launcher=parallel seed=1,2,3,4 logger=none grpo.max_steps={SWEEP_STEPS}",
+    "vs_trl": "random 0.5B, 5 steps, run.py then plain TRL: train loop and whole process",
+    "precision": "random 0.5B full fine-tuning: float32 master weights against a pure-bf16 control",
+    "lora": "random 0.5B LoRA: the adapter trains",
+    "qlora": "random 0.5B QLoRA (bitsandbytes): the adapter trains on a 4-bit base",
+    "vllm": "vLLM colocate against transformers generation (vLLM installed)",
+    "two_processes": "torchrun with 2 processes (2 GPUs)",
+}
+TOTAL_BUDGET_S = 470  # under 8 minutes by default (--budget-s): a case that no longer fits is skipped, not started
 
 
-# ---------------------------------------------------------------- running run.py jobs
-
-
-@dataclass
-class Context:
-    """What every case needs: where the model and the jobs live, and how much time is left."""
-
-    model_dir: Path
-    jobs: Path
-    smoke: bool
-    budget: harness.Budget  # the whole check's
-    gpus: int
-
-    def workload(self, gpu_workload: Workload) -> Workload:
-        return SMOKE_WORKLOAD if self.smoke else gpu_workload
-
-    def timeout(self, case: str) -> float:
-        """The case's own limit, within what is left of the whole check's."""
-        return SMOKE_TIMEOUT_S if self.smoke else self.budget.limit(CASE_TIMEOUT_S[case])
-
-
-@dataclass
-class TimedJob(harness.Job):
-    """A finished run.py job, its folder, and what the timing shim measured inside it."""
-
-    timings: dict[str, Any] = field(default_factory=dict)
-
-
-def run_job(ctx: Context, name: str, overrides: list[str], timeout_s: float, processes: int = 1) -> TimedJob:
-    """``python run.py`` (or torchrun with ``processes``) on the random model, with the timing shim."""
-    folder, timings = ctx.jobs / name, ctx.jobs / f"{name}.timings"
-    env = harness.timed_env(timings, TIMED) | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    finished = harness.run_py(
-        "model=qwen2_5_0_5b_instruct",
-        f"model.name_or_path={ctx.model_dir}",
-        "logger=none",
-        *(["device=cpu", "threads=1"] if ctx.smoke else ["device=cuda"]),
-        "grpo.save_steps=0",  # no checkpoints: only the final model/ matters here
-        "dataset.eval_fraction=0",  # no held-out evaluation: every second goes to the steps measured
-        # Random weights never write the article's format, so its reward is flat and nothing would train
-        # (zero advantages); characters vary with the sampled tokens, so a length reward gives groups spread.
-        "reward=custom",
-        "reward.parts.main.fn=length_score",
-        f"+reward.parts.main.params.target={LENGTH_TARGET_CHARS}",
-        f"optimizer.lr={LEARNING_RATE}",
-        *overrides,
-        job=folder,
-        launcher=harness.torchrun_launcher(processes) if processes > 1 else (),
-        env=env,
-        timeout_s=timeout_s,
-        log=folder / CONSOLE_LOG,  # beside the job's run.log: also what ran before its logging began
-    )
-    return TimedJob(folder, finished, harness.timings(timings))
-
-
-# ---------------------------------------------------------------- reading a job into a row
-
-
-def job_row(case: str, job: TimedJob) -> dict[str, Any]:
-    """The figures every job has: status, wall time, layout, steps, and memory against its plan."""
-    steps = job.steps()
-    row: dict[str, Any] = {
-        "case": case,
-        "status": "ok" if job.ok else "failed",
-        "wall_s": round(job.finished.wall_s, 1),
-        "layout": job.layout(),
-        "steps": len(steps),
-        "timed_generations": len(job.timings.get("generate_s", [])),  # the shim saw run.py's trainer
-        "figures": {},
-        "checks": {},
-        "memory": memory_against_plan(job),
-    }
-    if steps:
-        row["figures"].update(
-            reward=round(steps[-1]["reward"], 4),
-            kl=round(steps[-1].get("kl", float("nan")), 6),
-            mean_completion_tokens=round(statistics.mean(r["completions/mean_length"] for r in steps), 1),
-        )
-    if not job.ok:
-        row["reason"] = job.failure()
-    return row
-
-
-def memory_against_plan(job: TimedJob) -> dict[str, Any]:
-    """Measured peak (torch's allocator on a GPU, the process's peak RSS on a CPU) over plan.json's peak."""
-    timings, plan = job.timings, job.plan()
-    measured = timings.get("peak_allocated_bytes") if timings.get("cuda") else timings.get("peak_rss_bytes")
-    planned = plan.get("peak_bytes")
-    return {
-        "measure": "torch.cuda.max_memory_allocated" if timings.get("cuda") else "peak RSS (CPU)",
-        "peak_bytes": measured,
-        "peak_reserved_bytes": timings.get("peak_reserved_bytes"),
-        "device_used_bytes": timings.get("device_used_bytes"),
-        "plan_peak_bytes": planned,
-        "plan_phase": plan.get("peak_phase"),
-        "measured_over_plan": round(measured / planned, 3) if measured and planned else None,
-        "plan": "plan.json missing" if not plan else None,
-    }
-
-
-def check(row: dict[str, Any], name: str, passed: bool) -> None:
-    """Record one check; a failed check fails the row."""
-    row["checks"][name] = bool(passed)
-    if not passed and row["status"] == "ok":
-        row["status"] = "failed"
-        row["reason"] = f"check failed: {name}"
-
-
-def skipped(case: str, reason: str) -> dict[str, Any]:
-    return {"case": case, "status": "skipped", "reason": reason}
-
-
-def median_after_warmup(values: list[float]) -> float | None:
-    kept = values[WARMUP_CALLS:] or values
-    return round(statistics.median(kept), 4) if kept else None
-
-
-# ---------------------------------------------------------------- the cases
+# ---------------------------------------------------------------- the random model's cases
 
 
 def case_precision(ctx: Context) -> list[dict[str, Any]]:
@@ -325,6 +219,11 @@ def case_lora(ctx: Context, quantized: bool = False) -> list[dict[str, Any]]:
     return [row]
 
 
+def case_qlora(ctx: Context) -> list[dict[str, Any]]:
+    """QLoRA: the same on a 4-bit base (bitsandbytes)."""
+    return case_lora(ctx, quantized=True)
+
+
 def case_vllm(ctx: Context) -> list[dict[str, Any]]:
     """vLLM colocate against transformers generation, same workload, warm-up left out: seconds per
     generation, completion tokens per second, weight sync apart, memory allocated vs reserved."""
@@ -381,32 +280,43 @@ def case_two_processes(ctx: Context) -> list[dict[str, Any]]:
 
 
 CASES: dict[str, Callable[[Context], list[dict[str, Any]]]] = {
+    "default_run": case_default_run,
+    "sweep": case_sweep,
+    "vs_trl": case_vs_trl,
     "precision": case_precision,
     "lora": case_lora,
-    "qlora": lambda ctx: case_lora(ctx, quantized=True),
+    "qlora": case_qlora,
     "vllm": case_vllm,
     "two_processes": case_two_processes,
 }
-SMOKE_CASES = ("precision", "lora")  # the ones a CPU can run
+SMOKE_CASES = ("precision", "lora")  # run by --smoke unless --cases names others
 
 
-def run_cases(ctx: Context, cases: list[str]) -> list[dict[str, Any]]:
-    """Every case's rows, in order, with its wall time printed.
+def run_cases(
+    ctx: Context, cases: list[str], written: Callable[[list[dict[str, Any]]], None] = lambda rows: None
+) -> list[dict[str, Any]]:
+    """Every case's rows, in order, each stamped with when it finished, with its wall time printed;
+    ``written`` gets the rows so far after every case (the report is rewritten then).
 
     On a GPU one after another (each job has the GPU to itself, and a case that no longer fits the
     time budget is skipped); the smoke run's CPU jobs run side by side, one torch thread each, since
     most of a tiny job is its single-threaded start-up."""
+    done: list[dict[str, Any]] = []
 
     def one(case: str) -> list[dict[str, Any]]:
         left = ctx.budget.left()
         if not ctx.smoke and left < CASE_ESTIMATE_S[case]:
-            return [
-                skipped(case, f"time budget: {left:.0f} s left of {TOTAL_BUDGET_S}, needs ~{CASE_ESTIMATE_S[case]}")
-            ]
-        started = time.monotonic()
-        rows = CASES[case](ctx)
-        statuses = ", ".join(f"{r['case']} {r['status']}" for r in rows)
-        print(f"{case}: {statuses} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+            total = ctx.budget.total_s
+            rows = [skipped(case, f"time budget: {left:.0f} s left of {total:.0f}, needs ~{CASE_ESTIMATE_S[case]}")]
+        else:
+            started = time.monotonic()
+            rows = CASES[case](ctx)
+            statuses = ", ".join(f"{r['case']} {r['status']}" for r in rows)
+            print(f"{case}: {statuses} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+        for row in rows:
+            row["finished_at"] = _now()
+        done.extend(rows)
+        written(done)
         return rows
 
     if not ctx.smoke:
@@ -415,102 +325,33 @@ def run_cases(ctx: Context, cases: list[str]) -> list[dict[str, Any]]:
         return [row for rows in pool.map(one, cases) for row in rows]
 
 
-# ---------------------------------------------------------------- the report
+def plan(cases: list[str], budget_s: float) -> list[tuple[str, int, bool]]:
+    """What a GPU run would do, in order: each case, its estimate, and whether it would still start
+    (the model build first, then the estimates in turn: what ``run_cases`` skips on time)."""
+    spent = float(MODEL_BUILD_ESTIMATE_S)
+    planned = []
+    for case in cases:
+        fits = budget_s - spent >= CASE_ESTIMATE_S[case]
+        spent += CASE_ESTIMATE_S[case] if fits else 0
+        planned.append((case, CASE_ESTIMATE_S[case], fits))
+    return planned
 
 
-def versions() -> dict[str, str | None]:
-    """What this interpreter runs the jobs with: python, torch and the CUDA (or ROCm) it was built for, the rest."""
-    import torch
-
-    found: dict[str, str | None] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "rocm": getattr(torch.version, "hip", None),
-    }
-    for package in VERSIONS_OF:
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = None
-    return found
-
-
-def versions_line(found: dict[str, str | None]) -> str:
-    build = f"CUDA {found['cuda']}" if found["cuda"] else f"ROCm {found['rocm']}" if found["rocm"] else "CPU only"
-    rest = ", ".join(f"{name} {found[name] or 'not installed'}" for name in VERSIONS_OF)
-    return f"python {found['python']}, torch {found['torch']} ({build}), {rest}"
-
-
-def _gib(value: float | None) -> str:
-    return "-" if value is None else f"{value / GIB:.2f}"
-
-
-def _figures_text(row: dict[str, Any]) -> str:
-    """The row's own figures, short: the ones a reader compares."""
-    f = row.get("figures", {})
-    shown = []
-    for key, label in (
-        ("changed_share", "changed"),
-        ("changed_share_if_stored_bf16", "changed if stored bf16"),
-        ("bf16_control_unchanged_share", "bf16 control unchanged"),
-        ("fp32_control_unchanged_share", "fp32 control unchanged"),
-        ("lora_b_nonzero_share", "lora_B nonzero"),
-        ("generation_s", "generation s"),
-        ("completion_tokens_per_s", "tokens/s"),
-        ("weight_sync_s", "weight sync s"),
-        ("step_s", "step s"),
-        ("speedup_over_transformers", "speed-up"),
-        ("logged_steps", "logged steps"),
-        ("reward", "reward"),
-    ):
-        if f.get(key) is not None:
-            shown.append(f"{label} {f[key]}")
-    return "; ".join(shown)
-
-
-def markdown(report: dict[str, Any]) -> str:
-    """The report as the markdown table gpu_check.md holds (and the script prints)."""
-    v = report["versions"]
+def plan_text(cases: list[str], budget_s: float) -> str:
     lines = [
-        f"# GPU check ({'smoke run on the CPU: plumbing only' if report['smoke'] else 'one GPU run'})",
-        "",
-        f"- date: {report['date']}",
-        f"- GPU: {report['gpu'] or 'none'}",
-        f"- {versions_line(v)}",
-        f"- total wall time: {report['wall_s']} s (model build {report['model_build_s']} s)",
-        "",
-        "| case | status | wall (s) | layout | figures | peak memory (GiB) | reserved (GiB) | plan peak (GiB) "
-        "| measured / plan | note |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"plan within {budget_s:.0f} s (model build ~{MODEL_BUILD_ESTIMATE_S} s first; the embedded model's, "
+        "when its cache is cold, a few minutes more: warm it with one CPU run of the default beforehand):"
     ]
-    for row in report["cases"]:
-        layout = row.get("layout") or {}
-        where = (
-            f"{layout.get('device')} {layout.get('precision')}, {layout.get('weight_dtype')} weights" if layout else "-"
-        )
-        memory = row.get("memory") or {}
-        cells = [
-            row["case"],
-            row["status"],
-            row.get("wall_s", "-"),
-            where + (f", {layout['processes']} processes" if layout.get("processes", 1) > 1 else ""),
-            _figures_text(row) or "-",
-            _gib(memory.get("peak_bytes")) + (" (RSS)" if memory.get("measure", "").startswith("peak RSS") else ""),
-            _gib(memory.get("peak_reserved_bytes")),
-            _gib(memory.get("plan_peak_bytes")),
-            memory.get("measured_over_plan") or memory.get("plan") or "-",
-            row.get("reason", ""),
-        ]
-        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
-    lines += [
-        "",
-        "Peak memory: `torch.cuda.max_memory_allocated()` in the job's process (with vLLM colocate it includes",
-        "vLLM's weights and KV-cache pool, `grpo.vllm_gpu_memory_utilization` of the GPU); reserved:",
-        "`max_memory_reserved()`; on the CPU, the process's peak RSS (torch's libraries included). Plan peak:",
-        "the job's `plan.json` `peak_bytes`. Timings are medians with the first call left out as warm-up.",
-    ]
-    return "\n".join(lines) + "\n"
+    for case, estimate, fits in plan(cases, budget_s):
+        lines.append(f"  {case:<14} ~{estimate:>3} s  {'runs   ' if fits else 'skipped'}  {CASE_WHAT[case]}")
+    return "\n".join(lines)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------- running the check
 
 
 def refusal(cases: list[str], smoke: bool) -> str | None:
@@ -540,6 +381,13 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--smoke", action="store_true", help="a tiny CPU run of precision and lora: checks the script")
     parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=TOTAL_BUDGET_S,
+        help=f"seconds the whole check may take; a case that no longer fits is skipped (default {TOTAL_BUDGET_S})",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the plan (cases, estimates, what fits) and stop")
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -551,6 +399,12 @@ def main() -> None:
         cases = list(SMOKE_CASES)
     found = versions()
     print(versions_line(found), file=sys.stderr, flush=True)
+    if args.dry_run:
+        if reason := refusal(cases, smoke=True):  # only the case names: the plan needs no GPU
+            print(f"error: {reason}", file=sys.stderr)
+            sys.exit(2)
+        print(plan_text(cases, args.budget_s))
+        return
     out = args.out or OUT_PARENT / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     if reason := refusal(cases, args.smoke) or _occupied(out):
         print(f"error: {reason}", file=sys.stderr)
@@ -558,7 +412,28 @@ def main() -> None:
 
     import torch
 
-    budget = harness.Budget(TOTAL_BUDGET_S)
+    budget = harness.Budget(args.budget_s)
+    report: dict[str, Any] = {
+        "date": _now(),
+        "smoke": args.smoke,
+        "gpu": None,
+        "gpus_visible": 0 if args.smoke else torch.cuda.device_count(),
+        "versions": found,
+        "command": " ".join(["python", *sys.argv]),
+        "budget_s": args.budget_s,
+        "model_build_s": None,
+        "wall_s": None,
+        "cases": [],
+    }
+
+    def write(rows: list[dict[str, Any]]) -> None:
+        """The report as it stands: rewritten after every case, so a check stopped at its limit keeps its rows."""
+        gpu = next((r["layout"].get("gpu_name") for r in rows if (r.get("layout") or {}).get("gpu_name")), None)
+        report.update(cases=list(rows), gpu=gpu, wall_s=round(budget.spent(), 1))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "gpu_check.json").write_text(json.dumps(report, indent=2) + "\n")
+        (out / "gpu_check.md").write_text(markdown(report))
+
     # The random model is scratch; the job folders stay under <out>/jobs.
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         ctx = Context(
@@ -566,28 +441,16 @@ def main() -> None:
             jobs=out / JOBS,
             smoke=args.smoke,
             budget=budget,
-            gpus=0 if args.smoke else torch.cuda.device_count(),
+            gpus=report["gpus_visible"],
         )
         build_model(ctx.model_dir, args.smoke)
-        model_build_s = round(budget.spent(), 1)
-        print(f"model built in {model_build_s} s", file=sys.stderr)
-        rows = run_cases(ctx, cases)
-    gpu = next((r["layout"].get("gpu_name") for r in rows if r.get("layout", {}).get("gpu_name")), None)
-    report = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "smoke": args.smoke,
-        "gpu": gpu,
-        "gpus_visible": ctx.gpus,
-        "versions": found,
-        "model_build_s": model_build_s,
-        "wall_s": round(budget.spent(), 1),
-        "cases": rows,
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_check.json").write_text(json.dumps(report, indent=2) + "\n")
-    table = markdown(report)
-    (out / "gpu_check.md").write_text(table)
-    print(table)
+        if EMBEDDED_CASES & set(cases):  # the default's cached model: built here when cold, outside any case
+            harness.default_model()
+        report["model_build_s"] = round(budget.spent(), 1)
+        print(f"models built in {report['model_build_s']} s", file=sys.stderr)
+        rows = run_cases(ctx, cases, write)
+    write(rows)
+    print(markdown(report))
     print(f"written to {out} (job folders in {out / JOBS})", file=sys.stderr)
     if any(r["status"] == "failed" for r in rows):
         sys.exit(1)

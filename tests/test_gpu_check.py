@@ -1,5 +1,7 @@
-"""benchmarks/gpu_check.py, the parts that run without a GPU: its refusal, its offline tokenizer, the
-precision control, and a --smoke run that goes through run.py on the CPU (precision and LoRA jobs)."""
+"""benchmarks/gpu_check.py, the parts that run without a GPU: its refusal, its plan (--dry-run, --budget-s),
+its offline tokenizer, the precision control, how it reads a sweep and the plain-TRL pair into rows, the
+plain-TRL side's config against run.py's, and a --smoke run that goes through run.py on the CPU (precision
+and LoRA jobs). No GPU result is made up here: the rows read below are parsing checks."""
 
 from __future__ import annotations
 
@@ -73,7 +75,9 @@ def test_the_bf16_control_rounds_away_small_steps_on_qwen_sized_weights_only():
 
 
 def test_the_table_shows_skipped_cases_and_a_missing_plan():
-    script = load_script()
+    from benchmarks import gpu_check_jobs as jobs
+    from benchmarks import gpu_check_report as script
+
     report = {
         "date": "2026-01-01T00:00:00+00:00",
         "smoke": False,
@@ -85,7 +89,7 @@ def test_the_table_shows_skipped_cases_and_a_missing_plan():
         "wall_s": 1.0,
         "model_build_s": 0.5,
         "cases": [
-            script.skipped("vllm", "vLLM is not installed"),
+            jobs.skipped("vllm", "vLLM is not installed"),
             {
                 "case": "lora",
                 "status": "ok",
@@ -102,9 +106,9 @@ def test_the_table_shows_skipped_cases_and_a_missing_plan():
     }
     table = script.markdown(report)
     assert "- python 3.12.3, torch 2.13 (CUDA 13.0), transformers 5, trl 1.16, peft not installed," in table
-    assert "| vllm | skipped | - | - | - | - | - | - | - | vLLM is not installed |" in table
+    assert "| vllm | skipped | - | - | - | - | - | - | - | - | vLLM is not installed |" in table
     assert (
-        "| lora | ok | 3.0 | cuda bf16, bfloat16 weights | lora_B nonzero 1.0 | 1.00 | - | - | plan.json missing |"
+        "| lora | ok | - | 3.0 | cuda bf16, bfloat16 weights | lora_B nonzero 1.0 | 1.00 | - | - | plan.json missing |"
         in table
     )
 
@@ -146,3 +150,123 @@ def test_smoke_runs_precision_and_lora_through_run_py(tmp_path):
     table = (tmp_path / "gpu_check.md").read_text()
     assert "| precision | ok |" in table and "| lora | ok |" in table and table in result.stdout
     assert (shipped.read_bytes() if shipped.exists() else None) == before  # the shipped table is untouched
+
+
+def test_the_plan_skips_what_no_longer_fits_the_budget_and_needs_no_gpu(tmp_path):
+    script = load_script()
+    cases = list(script.CASES)
+    assert cases[:3] == ["default_run", "sweep", "vs_trl"]  # what users run comes first
+    first_two = script.MODEL_BUILD_ESTIMATE_S + sum(script.CASE_ESTIMATE_S[c] for c in cases[:2])
+    assert [fits for _, _, fits in script.plan(cases, first_two)] == [True, True] + [False] * (len(cases) - 2)
+    default = script.plan(cases, script.TOTAL_BUDGET_S)
+    assert script.TOTAL_BUDGET_S < 8 * 60 and all(fits for case, _, fits in default if case in cases[:3])
+
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--budget-s", str(first_two), "--out", str(tmp_path / "out")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    planned = result.stdout.strip().splitlines()[1:]
+    assert [line.split()[0] for line in planned] == cases
+    assert [("runs" in line) for line in planned] == [True, True] + [False] * (len(cases) - 2)
+    assert "python run.py -m +launcher=parallel seed=1,2,3,4 logger=none" in planned[1]
+    assert not (tmp_path / "out").exists()  # a plan writes nothing
+
+
+def test_a_sweeps_row_reads_the_launch_line_and_counts_the_completed_jobs(tmp_path):
+    """The parser only: a made-up sweep folder with one failed job of four."""
+    from benchmarks import gpu_check_user_runs as script
+    from benchmarks import harness
+
+    for n, status in enumerate(["completed", "completed", "failed", "completed"]):
+        (tmp_path / str(n)).mkdir()
+        summary = {"status": status, "final_eval_reward": 0.5 + n / 10}
+        (tmp_path / str(n) / "summary.json").write_text(json.dumps(summary))
+    said = "[INFO] launching 4 jobs, 4 at a time on GPU 0: the cores, into /x\n"
+    finished = harness.Finished(["python", "run.py", "-m"], 1, 42.0, said, "")
+    row = script.sweep_row(finished, tmp_path)
+    assert row["figures"]["jobs_completed"] == 3 and row["figures"]["jobs_at_a_time"] == 4
+    assert row["figures"]["launch_line"].startswith("launching 4 jobs, 4 at a time on GPU 0: the cores")
+    assert row["figures"]["held_out_after"] == [0.5, 0.6, 0.7, 0.8]
+    assert row["status"] == "failed" and row["checks"] == {
+        "the launch line names the jobs at a time": True,
+        "4 of 4 jobs completed": False,
+    }
+
+
+def test_the_pair_with_plain_trl_compares_the_train_loop_and_the_whole_process():
+    """The parser only: made-up trainer logs of both sides."""
+    from benchmarks import gpu_check_report as report
+    from benchmarks import gpu_check_user_runs as script
+    from benchmarks import harness
+
+    ours = {"case": "vs_trl_grpo_exp", "status": "ok", "wall_s": 61.7, "figures": {}, "checks": {}}
+    our_logs = [{"step": 1, "reward": 0.1}, {"step": 5, "train_runtime": 32.17, "train_loss": 0.001377}]
+    plain = harness.Finished(["python", "trl_random_qwen.py"], 0, 57.2, "", "")
+    plain_logs = [{"step": 5, "reward": 0.1}, {"step": 5, "train_runtime": 32.17, "train_loss": 0.001377}]
+    mine, theirs = script.vs_trl_rows(ours, our_logs, plain, plain_logs)
+    assert mine["figures"]["loop_over_plain"] == 1.0 and mine["figures"]["process_over_plain"] == round(61.7 / 57.2, 3)
+    assert theirs["figures"] == {"train_loop_s": 32.17, "train_loss": 0.001377, "process_s": 57.2}
+    assert mine["checks"] == {"both train losses logged": True}
+    table = report.markdown(
+        {
+            "date": "2026-12-04T00:00:00+00:00",
+            "smoke": False,
+            "gpu": "NVIDIA H200",
+            "versions": {**{n: None for n in report.VERSIONS_OF}, "python": "3.12", "torch": "2.11", "cuda": "13.0"},
+            "wall_s": 1.0,
+            "model_build_s": 0.5,
+            "cases": [{**mine, "layout": {"device": "cuda", "precision": "bf16", "weight_dtype": "float32"}}, theirs],
+        }
+    )
+    assert "train loop s 32.17; process s 61.7; loop / plain TRL 1.0; process / plain TRL 1.079" in table
+    assert "| vs_trl_plain | ok | - | 57.2 | - | train loop s 32.17; process s 57.2; train loss 0.001377 |" in table
+
+
+def test_the_plain_trl_side_gets_the_config_run_py_composes(settings, monkeypatch):
+    """vs_trl is fair only if trl_random_qwen.py trains what run.py trains: every GRPOConfig field run.py
+    sets away from TRL's default is in the plain script, with the same value (an H200 layout, simulated)."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from benchmarks import gpu_check_jobs as jobs
+    from benchmarks import gpu_check_user_runs as script
+    from benchmarks import trl_random_qwen as plain
+    from grpo_exp import hardware
+    from grpo_exp.spec import build_spec
+    from grpo_exp.training import trainer, trl_fields
+    from tests.machines import H200
+
+    workload = script.VS_TRL_WORKLOAD
+    monkeypatch.setattr(hardware, "machine", lambda *a, **k: H200)
+    spec = build_spec(settings(*jobs.random_model_job("random", smoke=False), *script.vs_trl_overrides(workload)))
+    handed = {}
+    accepted = trl_fields.accepted
+    monkeypatch.setattr(trl_fields, "accepted", lambda f, known: handed.update(accepted(f, known)) or handed)
+    with pytest.raises(ValueError, match="bf16"):  # this CPU can't build a bf16 GPU config: the fields suffice
+        trainer.grpo_config(spec.settings, spec.layout, ROOT, [1.0], report_to_wandb=False)
+    cli = {
+        "max_steps": workload.steps,
+        "num_generations": workload.num_generations,
+        "per_device_train_batch_size": workload.prompts_per_step * workload.num_generations,
+        "max_completion_length": workload.max_completion_length,
+    }
+    theirs = {**plain.CONFIG, **plain.GPU, **cli}
+    default = {f.name: f.default for f in dataclasses.fields(GRPOConfig) if f.init}
+    ignored = {
+        *("output_dir", "report_to", "disable_tqdm"),  # where it writes, what it shows
+        *("reward_weights", "num_train_epochs", "ddp_find_unused_parameters"),  # one reward, max_steps, one process
+        *("save_steps", "save_total_limit"),  # neither side saves (save_strategy "no" on both)
+        *("eval_steps", "per_device_eval_batch_size", "num_generations_eval", "include_for_metrics"),  # no evaluation
+    }
+    differ = {
+        name: (value, theirs.get(name, "TRL's default"))
+        for name, value in handed.items()
+        if name not in ignored and (name in theirs or value != default.get(name)) and theirs.get(name) != value
+    }
+    assert differ == {}, sorted(differ.items())
+    assert plain.TARGET_CHARS == jobs.LENGTH_TARGET_CHARS

@@ -15,7 +15,18 @@ import pytest
 from grpo_exp import hardware
 from grpo_exp.config.layout import Precision, check_hardware, decide
 from grpo_exp.errors import UserError
-from tests.machines import A100, CPU_BUILD_WITH_DRIVER, CPU_ONLY, CUDA_BUILD_NO_GPU, H100_X4, MI300X, P100, T4, V100_X2
+from tests.machines import (
+    A100,
+    CPU_BUILD_WITH_DRIVER,
+    CPU_ONLY,
+    CUDA_BUILD_NO_GPU,
+    H100_X4,
+    H200,
+    MI300X,
+    P100,
+    T4,
+    V100_X2,
+)
 
 QWEN = "model=qwen2_5_0_5b_instruct"  # model.dtype: bfloat16, LoRA off: full fine-tuning
 MISTRAL = "model=mistral_7b_instruct"  # model.dtype: bfloat16, LoRA on
@@ -420,3 +431,44 @@ def test_a_4bit_model_goes_to_this_ranks_own_gpu(settings, monkeypatch):
         models.load_model(qlora.model, "unused", decide(qlora, V100_X2))
     assert seen["device_map"] == {"": 1}
     assert str(seen["quantization_config"].bnb_4bit_compute_dtype) == "torch.float16"  # V100: no native bf16
+
+
+def test_the_embedded_model_attends_eagerly_on_a_gpu_in_16_bit_compute(settings):
+    """Issue 59: on an H200 in bf16 the default run's SDPA gradients went NaN in 2-19 steps; eager trained."""
+    layout = decide(settings(), H200)
+    assert (layout.precision, layout.attention) == (Precision.bf16, "eager")
+    assert (
+        layout.describe()
+        == "training on GPU 0 (NVIDIA H200), 1 process: bf16 compute, float32 weights, eager attention"
+    )
+    assert layout.record()["attention"] == "eager"  # run_info.json's layout
+    assert decide(settings(), T4).attention == "eager"  # fp16 autocast: the same 16-bit kernels
+    assert decide(settings("model=tiny_math"), H200).attention == "eager"  # every embedded recipe
+
+
+def test_the_attention_stays_transformers_choice_where_sdpa_trained(settings):
+    """fp32 on the GPU (150 steps trained there), the CPU, and real models keep transformers' default."""
+    for layout in (
+        decide(settings("grpo.bf16=false"), H200),
+        decide(settings(), CPU_ONLY),
+        decide(settings(QWEN), H200),
+        decide(settings(MISTRAL), A100),
+    ):
+        assert layout.attention is None and "attention" not in layout.describe()
+    asked = decide(settings("model.attn_implementation=sdpa"), H200)  # the user's choice wins
+    assert asked.attention == "sdpa" and asked.describe().endswith("sdpa attention")
+    assert decide(settings(QWEN, "model.attn_implementation=eager"), CPU_ONLY).attention == "eager"
+
+
+def test_the_model_loads_with_the_layouts_attention(settings, monkeypatch):
+    import transformers
+
+    from grpo_exp import models
+
+    seen = []
+    monkeypatch.setattr(
+        transformers.AutoModelForCausalLM, "from_pretrained", lambda path, **kwargs: seen.append(kwargs)
+    )
+    models.load_model(settings().model, "unused", decide(settings(), H200))
+    models.load_model(settings().model, "unused", decide(settings(), CPU_ONLY))
+    assert seen[0]["attn_implementation"] == "eager" and "attn_implementation" not in seen[1]

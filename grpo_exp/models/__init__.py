@@ -126,8 +126,11 @@ def load_model(model: ModelSettings, path: str, layout: Layout | None = None) ->
 
     dtype = layout.weight_dtype if layout is not None else "float32"
     kwargs: dict[str, Any] = {"trust_remote_code": model.trust_remote_code, "dtype": getattr(torch, dtype)}
-    if model.attn_implementation:
-        kwargs["attn_implementation"] = model.attn_implementation
+    # The layout's choice (model.attn_implementation, or eager for an embedded model on a GPU in 16 bits);
+    # TRL builds the reference model with the policy's.
+    attention = layout.attention if layout is not None else model.attn_implementation
+    if attention:
+        kwargs["attn_implementation"] = attention
     if model.quantization.load_in_4bit:
         from transformers import BitsAndBytesConfig
 

@@ -5,9 +5,8 @@ adaptive stage and the early end of a solved run."""
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 from transformers.integrations import WandbCallback
@@ -22,27 +21,39 @@ from grpo_exp.tracking.metrics import STOPPED_SOLVED, TRAINER_EVAL_PREFIX, is_ev
 from grpo_exp.tracking.monitor import Alert, HealthMonitor
 from grpo_exp.tracking.wandb_run import safely
 from grpo_exp.training import checkpoints, ranks
+from grpo_exp.training.divergence import DivergenceWatch
 from grpo_exp.training.stops import StopRequest
+
+if TYPE_CHECKING:
+    from grpo_exp.config.layout import Layout
 
 log = logging.getLogger("grpo_exp.tracking.monitor")
 
-# A NaN in these means the run has diverged: every later step would be wasted compute.
-DIVERGENCE_KEYS = ("loss", "grad_norm")
 # What the progress bar shows after each logging step (TRL's log keys, short labels).
 BAR_FIELDS = {"reward": "reward", "reward_std": "std", "kl": "kl", "completions/mean_length": "len"}
 
 
 class JobCallback(TrainerCallback):
-    """Writes every log to ``metrics.jsonl`` and reports health alerts as they appear.
+    """Writes every log to ``metrics.jsonl``, reports health alerts as they appear, and ends a diverged
+    run with what it found (``divergence.DivergenceWatch``; ``layout``: what the message names).
 
     ``finish``: run the monitor's end-of-run checks when training ends (not at the end of an adaptive
     run's intermediate stages, which the next stage continues)."""
 
-    def __init__(self, folder: JobFolder, monitor: HealthMonitor, run: Any | None = None, finish: bool = True) -> None:
+    def __init__(
+        self,
+        folder: JobFolder,
+        monitor: HealthMonitor,
+        run: Any | None = None,
+        finish: bool = True,
+        layout: Layout | None = None,
+    ) -> None:
         self.folder = folder
         self.monitor = monitor
         self.run = run
         self.finish = finish
+        self.layout = layout
+        self.watch: DivergenceWatch | None = None  # made at the first log, when the trainer's args are known
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
@@ -51,12 +62,14 @@ class JobCallback(TrainerCallback):
             self.folder.append_row(metrics_row(state.global_step, logs))
             if not is_evaluation(logs):  # the health checks watch training; held-out scores are their own rows
                 self._report(self.monitor.observe(state.global_step, logs))
+        if is_evaluation(logs):
+            return
+        if self.watch is None:
+            self.watch = DivergenceWatch(self.layout, getattr(args, "max_grad_norm", None))
+        diverged = self.watch.diverged(state.global_step, logs)
         rolls_back = self.monitor.settings.on_collapse is OnCollapse.rollback  # rollback.CollapseWatch acts on it
-        if not rolls_back and any(isinstance(logs.get(k), float) and math.isnan(logs[k]) for k in DIVERGENCE_KEYS):
-            raise UserError(
-                f"training diverged: the loss is NaN at step {state.global_step}; "
-                "lower optimizer.lr, keep optimizer.max_grad_norm set, and check the rewards for inf"
-            )
+        if diverged and not rolls_back:
+            raise UserError(diverged)
 
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero and self.finish:

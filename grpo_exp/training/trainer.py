@@ -141,7 +141,7 @@ def build_trainer(
             peft_config=models.lora_config(settings.model),
             tools=list(spec.tools) or None,
             callbacks=[
-                JobCallback(folder, monitor, finish=stage.final),
+                JobCallback(folder, monitor, finish=stage.final, layout=spec.layout),
                 CheckpointSeal(monitor),
                 StopCallback(stop),
                 *([FinalEvaluation()] if held_out is not None else []),
