@@ -36,6 +36,7 @@ from grpo_exp.report.sweep import (
     objective_grid,
 )
 from grpo_exp.report.text import MAX_LISTED, NONE_CELL, jobs_text, md_row
+from grpo_exp.tracking.monitor import SAMPLER_DRIFT, SAMPLER_DRIFT_REMEDY
 
 REPORT_MD = "report.md"
 REPORT_CSV = "report.csv"
@@ -80,6 +81,7 @@ def verdict(sweep: Sweep, decision: Decision | None = None) -> list[str]:
     return [
         *seed_verdict.decision_lines(sweep, decision, _stability_note(decision, ranked)),
         *_stability(sweep, ranked),
+        *_sampler_drift(sweep),
         *_casualties(sweep),
     ]
 
@@ -154,6 +156,21 @@ def _kl_lines(drifting: list[tuple[str, list[JobRecord]]], sweep: Sweep) -> list
         f"- **KL excursion** in {len(drifting)} of {len(sweep.configs())} configurations: {_kl_text(jobs)}; "
         f"the mildest is `{mildest_label}` (max KL {max(job.value('max_kl') or 0.0 for job in mildest):.3f})."
     ]
+
+
+def _sampler_drift(sweep: Sweep) -> list[str]:
+    """A line per job whose vLLM sampler drifted from its policy (its summary's alert): its completions came
+    from other weights than those trained, so its figures are not its configuration's."""
+    lines = []
+    for job in sweep.jobs:
+        for alert in job.stats.get("alerts") or []:
+            if isinstance(alert, dict) and alert.get("kind") == SAMPLER_DRIFT:
+                lines.append(
+                    f"- **Sampler drift:** {_job_ref(sweep, job)}, from step {alert.get('step')}: vLLM sampled from "
+                    f"other weights than the policy's, so its results are not its configuration's; "
+                    f"{SAMPLER_DRIFT_REMEDY}."
+                )
+    return lines
 
 
 def _casualties(sweep: Sweep) -> list[str]:
