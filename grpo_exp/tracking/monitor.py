@@ -162,7 +162,7 @@ class HealthMonitor:
                 (
                     f"vLLM's log-probs of its own completions differ from the trained policy's by {gap:.3f} per "
                     f"token (mean of {s.window} steps), above {s.max_logp_difference}: the completions come from "
-                    f"another model than the one trained, and the importance-sampling correction hides it; "
+                    "another model than the one trained (the importance-sampling correction only reweights them); "
                     f"{SAMPLER_DRIFT_REMEDY}"
                 ),
             )
