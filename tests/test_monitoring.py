@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from grpo_exp.config.schema import LoggerSettings, MonitorSettings
 from grpo_exp.folder import JobFolder, append_line
 from grpo_exp.tracking import wandb_run as tracking
-from grpo_exp.tracking.metrics import metrics_row, read_metrics, summarize
-from grpo_exp.tracking.monitor import HealthMonitor
-from tests.conftest import feed
+from grpo_exp.tracking.metrics import LOGP_DIFFERENCE, metrics_row, read_metrics, summarize
+from grpo_exp.tracking.monitor import SAMPLER_DRIFT, HealthMonitor
+from tests.conftest import ROOT, feed
 
 WINDOW = 4
 
@@ -218,3 +222,81 @@ def test_a_user_part_without_a_ceiling_leaves_solved_unknown(settings, tmp_path)
         logged: dict[str, float] = {}
         part(prompts=["a", "a"], completions=["x", "y"], log_metric=logged.__setitem__)
         assert ("frac_solved" in logged) is logs
+
+
+def sampled(gap: float, reward: float = 0.5) -> dict:
+    """A vLLM step: TRL's per-token log-prob gap between vLLM's sampling and the policy, beside the usual signals."""
+    return {**healthy(reward), LOGP_DIFFERENCE: gap}
+
+
+def test_a_sampler_gap_at_bf16_noise_raises_nothing():
+    """bf16 sampling against fp32 training: 0.005-0.02 per step (tests/test_vllm_cpu_e2e.py); one noisy step
+    inside a window is no drift."""
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW))
+    gaps = [0.005, 0.012, 0.02, 0.008, 0.015, 0.12, 0.01, 0.007, 0.018, 0.011, 0.009, 0.014]
+    assert feed(monitor, [sampled(g) for g in gaps]) == []
+
+
+def test_sampler_drift_is_raised_once_when_the_gap_stays_above_the_threshold():
+    """A sampler left on the base weights: the gap grows as the policy moves away from them."""
+    monitor = HealthMonitor(MonitorSettings(window=WINDOW, max_logp_difference=0.05))
+    gaps = [0.01, 0.01, 0.01, 0.01, 0.05, 0.09, 0.13, 0.17, 0.21, 0.25]
+    alerts = feed(monitor, [sampled(g) for g in gaps])
+    assert [a.kind for a in alerts] == [SAMPLER_DRIFT]
+    assert alerts[0].step == 7  # window (0.01, 0.05, 0.09, 0.13): mean 0.07; the one before it, 0.04, is not
+    assert "by 0.070 per token (mean of 4 steps), above 0.05" in alerts[0].message
+    assert "weight sync" in alerts[0].message and "bf16" in alerts[0].message
+
+
+def test_sampler_drift_threshold_is_the_configured_one(settings):
+    assert settings().monitor.max_logp_difference == MonitorSettings().max_logp_difference
+    loose = settings("monitor.max_logp_difference=0.2").monitor
+    assert feed(HealthMonitor(loose), [sampled(0.1)] * 12) == []
+    assert [a.kind for a in feed(HealthMonitor(settings().monitor), [sampled(0.1)] * 12)] == [SAMPLER_DRIFT]
+
+
+def test_a_negative_sampler_threshold_is_refused(settings):
+    from grpo_exp.config.checks import check
+    from grpo_exp.errors import UserError
+
+    with pytest.raises(UserError, match=r"monitor\.max_logp_difference=-0\.1 is out of range"):
+        check(settings("monitor.max_logp_difference=-0.1"))
+
+
+def test_alerts_reach_the_trackio_run(tmp_path):
+    """An alert the job reports goes into the job's trackio run, which ``trackio get alerts`` lists."""
+    pytest.importorskip("trackio")
+    script = (
+        "from grpo_exp.config.schema import LoggerBackend, LoggerSettings\n"
+        "from grpo_exp.tracking.trackio_run import trackio_run\n"
+        "from grpo_exp.tracking.wandb_run import RunIdentity\n"
+        "settings = LoggerSettings(backend=LoggerBackend.trackio)\n"
+        "with trackio_run(settings, RunIdentity('job-a', group='g'), {}, resumed=False) as run:\n"
+        "    run.log({'reward': 0.5}, 1)\n"
+        "    run.alert('sampler_drift', 12, 'the sampler drifted')\n"
+    )
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "store")}
+    command = [sys.executable, "-c", script]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "TRACKIO" not in done.stdout  # trackio's own terminal copy: the job's warning line says it already
+    command = [str(Path(sys.executable).parent / "trackio"), "get", "alerts", "--project", "grpo-exp", "--json"]
+    got = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=True)
+    listed = json.loads(got.stdout)
+    assert [(a["title"], a["step"], a["text"]) for a in listed["alerts"]] == [
+        ("sampler_drift", 12, "the sampler drifted")
+    ]
+
+
+def test_the_sweep_report_names_a_job_whose_sampler_drifted():
+    from grpo_exp.report.compare import verdict
+    from grpo_exp.report.jobs import JobRecord
+    from grpo_exp.report.sweep import Sweep
+
+    alert = {"kind": SAMPLER_DRIFT, "step": 24, "message": "..."}
+    jobs = [
+        JobRecord(name=str(n), path=Path(str(n)), status="completed", stats=stats, rows=[], overrides={"seed": n})
+        for n, stats in ((0, {"alerts": [alert]}), (1, {"alerts": [{"kind": "kl_drift", "step": 9, "message": ""}]}))
+    ]
+    lines = [line for line in verdict(Sweep(Path("."), jobs, swept=["seed"])) if "Sampler drift" in line]
+    assert len(lines) == 1 and "job 0 (`seed=0`), from step 24" in lines[0] and "weight sync" in lines[0]

@@ -105,6 +105,7 @@ RANGES: dict[str, Bound] = {
     "monitor.min_reward_std": NON_NEGATIVE,
     "monitor.max_zero_std_fraction": SHARE,
     "monitor.min_improvement": NON_NEGATIVE,
+    "monitor.max_logp_difference": NON_NEGATIVE,
     "monitor.window": AT_LEAST_ONE,
     "monitor.solved_window": COUNT,
     "grpo.max_sampling_rounds": NON_NEGATIVE,

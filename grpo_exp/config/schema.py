@@ -299,6 +299,7 @@ class MonitorSettings:
     min_improvement: float = 0.05
     max_clipped_ratio: float = 0.5
     min_part_group_std: float = 0.01
+    max_logp_difference: float = 0.05
     flat_ok: list[str] = field(default_factory=list)
     window: int = 10
     stop_when_solved: bool = False

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_exp.errors import UserError
-from grpo_exp.folder import FAILED, INCOMPLETE, INTERVALS_CSV, REPORT_DIR, STOPPED_EARLY, SUMMARY_FILE, report_dir
+from grpo_exp.folder import INTERVALS_CSV, REPORT_DIR, report_dir
 from grpo_exp.report import seed_verdict
+from grpo_exp.report.casualties import casualties
 from grpo_exp.report.decision import Decision
 from grpo_exp.report.halving import halving_section
 from grpo_exp.report.jobs import JobRecord
@@ -80,7 +81,7 @@ def verdict(sweep: Sweep, decision: Decision | None = None) -> list[str]:
     return [
         *seed_verdict.decision_lines(sweep, decision, _stability_note(decision, ranked)),
         *_stability(sweep, ranked),
-        *_casualties(sweep),
+        *casualties(sweep),
     ]
 
 
@@ -157,24 +158,6 @@ def _kl_lines(drifting: list[tuple[str, list[JobRecord]]], sweep: Sweep) -> list
     ]
 
 
-def _casualties(sweep: Sweep) -> list[str]:
-    lines = []
-    for job in sorted(sweep.jobs, key=lambda job: job.status != FAILED):
-        ref = _job_ref(sweep, job)
-        if job.status == FAILED:
-            lines.append(f"- **Failed:** {ref}: {job.error or 'no error recorded'}")
-        elif job.status == INCOMPLETE:
-            steps = int(job.value("logged_steps") or 0)
-            lines.append(
-                f"- **Incomplete** (no {SUMMARY_FILE}: killed, or still running): {ref}, {steps} steps logged."
-            )
-        elif job.status == STOPPED_EARLY:
-            lines.append(f"- **Stopped early** by successive halving: {ref}, at step {int(job.value('steps') or 0)}.")
-        elif not job.finished:
-            lines.append(f"- **{job.status.capitalize()}:** {ref}, {int(job.value('logged_steps') or 0)} steps logged.")
-    return lines
-
-
 def _kl_text(jobs: list[JobRecord]) -> str:
     steps = _span([job.kl_steps for job in jobs], "{:.0f}")
     threshold = _span([job.kl_threshold for job in jobs], "{:g}")
@@ -198,10 +181,6 @@ def _span(values: list[Any], spec: str = "{:.3f}") -> str:
     """One number, or the range of several ("0.200–0.300"), so a line covers all seeds of a configuration."""
     low, high = spec.format(min(values)), spec.format(max(values))
     return low if low == high else f"{low}–{high}"
-
-
-def _job_ref(sweep: Sweep, job: JobRecord) -> str:
-    return f"job {job.name} (`{sweep.label(job)}`)" if sweep.swept else f"job {job.name}"
 
 
 # ---------------------------------------------------------------------------------------- writing

@@ -4,7 +4,10 @@ The article names three signals to watch (mean reward, reward std, KL) and the u
 a reward that swings, groups whose completions all score the same, a KL that drifts, a reward
 that barely improves. Two more come from running the article's scenarios on a small model:
 completions cut at ``max_completion_length`` (a length or format goal they can't reach), and a
-reward part that never varies within a group (it weighs on the reward but teaches nothing).
+reward part that never varies within a group (it weighs on the reward but teaches nothing). One
+watches the sampler: on the vLLM path TRL logs the per-token log-prob gap between the completions'
+sampler (vLLM) and the trained policy; a gap past bf16's noise means vLLM samples from other weights
+than the policy's (a weight sync that never lands), which nothing else in the metrics shows.
 ``HealthMonitor`` watches moving windows of the logged metrics and raises each kind of alert once
 per run (once per part for flat parts), with the fix in the message.
 
@@ -30,9 +33,11 @@ from typing import Any
 
 from grpo_exp.config.schema import MonitorSettings
 from grpo_exp.rewards.solved import SOLVED, SOLVED_GROUPS
+from grpo_exp.tracking.metrics import LOGP_DIFFERENCE
 
 PART_PREFIX, GROUP_STD_SUFFIX = "rewards/", "/group_std"  # the key compose.WeightedReward logs
 
+SAMPLER_DRIFT = "sampler_drift"  # the alert's kind, which the sweep report looks for
 MOSTLY = 0.5  # at least this share of completions at the ceiling: a low spread there is convergence
 # The remedies, quoted by the alerts and by the probe's verdicts ("{part}": the reward part's name).
 HOMOGENEOUS_REMEDY = "raise grpo.temperature or grpo.num_generations=8, or grade the reward more finely"
@@ -41,6 +46,11 @@ TRUNCATED_REMEDY = "raise grpo.max_completion_length"
 FLAT_REMEDY = (
     "check that the model can produce what it rewards (a warm-up or base model closer to the task), grade it more "
     "finely, or drop reward.parts.{part}"
+)
+SAMPLER_DRIFT_REMEDY = (
+    "check that the weight sync reaches vLLM each step (the policy's weights, a LoRA adapter merged into them), "
+    "and the sampler's precision: TRL passes vLLM no dtype, so it samples a float32 model in bf16 "
+    "(grpo.bf16=true trains in bf16 too)"
 )
 CEILING_REMEDY = (
     "the model already scores it at its best, so it only adds a constant: make it stricter, or drop reward.parts.{part}"
@@ -144,6 +154,16 @@ class HealthMonitor:
                 (
                     f"{clipped:.0%} of completions were cut at the length limit (mean of {s.window} steps): "
                     f"they can't finish, so rewards on their ending or length can't improve; {TRUNCATED_REMEDY}"
+                ),
+            )
+        if (gap := means.get(LOGP_DIFFERENCE)) is not None and gap > s.max_logp_difference:
+            yield (
+                SAMPLER_DRIFT,
+                (
+                    f"vLLM's log-probs of its own completions differ from the trained policy's by {gap:.3f} per "
+                    f"token (mean of {s.window} steps), above {s.max_logp_difference}: the completions come from "
+                    "another model than the one trained (the importance-sampling correction only reweights them); "
+                    f"{SAMPLER_DRIFT_REMEDY}"
                 ),
             )
         yield from self._flat_parts(means)

@@ -3,8 +3,9 @@
 ``logger=trackio``, or ``logger.backends=[wandb,trackio]`` for both. The run is named and grouped
 as the job's W&B run (``RunIdentity``), in project ``logger.project``, with the swept values at the
 top of its config, and receives the keys W&B does (``train/reward``, ``train/kl``, ``eval/reward``,
-…). Its store is trackio's local SQLite database, under ``TRACKIO_DIR`` when set (trackio reads it
-when imported); ``python -m grpo_exp.dashboard <sweep> --local`` serves it.
+…) and the health alerts, as trackio alerts. Its store is trackio's local SQLite database, under
+``TRACKIO_DIR`` when set (trackio reads it when imported); ``python -m grpo_exp.dashboard <sweep> --local``
+serves it.
 
 A resumed job continues its run under the same name and skips the steps the store already holds,
 so every step is there once, as in W&B (``wandb_run.continue_history``).
@@ -13,6 +14,7 @@ so every step is there once, as in W&B (``wandb_run.continue_history``).
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import math
 from collections.abc import Iterator
@@ -43,6 +45,14 @@ class TrackioRun:
         metrics = wandb_keys(logs)
         if metrics:
             self.run.log(metrics, step=step)
+
+    def alert(self, kind: str, step: int, message: str) -> None:
+        """A health alert (tracking/monitor.py) into the run's store, where trackio's dashboard and
+        ``trackio get alerts`` show it; trackio's own terminal copy is dropped, the job logs the warning."""
+        from trackio.alerts import AlertLevel
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.run.alert(title=kind, text=message, level=AlertLevel.WARN, step=step)
 
     def callback(self) -> Any:
         """A trainer callback that sends each log line here (transformers is loaded by then)."""

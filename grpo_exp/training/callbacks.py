@@ -51,6 +51,7 @@ class JobCallback(TrainerCallback):
         self.folder = folder
         self.monitor = monitor
         self.run = run
+        self.trackio: Any | None = None  # the job's TrackioRun, when trackio is one of its trackers
         self.finish = finish
         self.layout = layout
         self.watch: DivergenceWatch | None = None  # made at the first log, when the trainer's args are known
@@ -80,6 +81,8 @@ class JobCallback(TrainerCallback):
             log.warning("step %d: %s", alert.step, alert.message)
             if self.run is not None:
                 safely(lambda kind=alert.kind, step=alert.step: self.run.summary.__setitem__(f"alerts/{kind}", step))
+            if self.trackio is not None:
+                self.trackio.alert(alert.kind, alert.step, alert.message)
 
 
 class SignalProgress(ProgressCallback):

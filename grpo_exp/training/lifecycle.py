@@ -159,7 +159,7 @@ class Trackers:
         self.hint = view_hint(run, self.mode, folder.path)
 
     def follow(self, trainer: Any) -> None:
-        """Hand the trackers to a stage's trainer: alerts go to the W&B run's summary, a W&B failure is one
+        """Hand the trackers to a stage's trainer: alerts go to the W&B run's summary and trackio, a W&B failure is one
         warning (``GuardedWandbCallback``), the steps W&B holds already are not sent twice (after a resume,
         and after a rollback: the previous stage sent them up to its collapse), and trackio gets its callback."""
         from transformers.integrations import WandbCallback
@@ -168,7 +168,7 @@ class Trackers:
 
         for callback in trainer.callback_handler.callbacks:
             if isinstance(callback, JobCallback):
-                callback.run = self.run
+                callback.run, callback.trackio = self.run, self.trackio
         if self.guard is not None:
             self.sent = max(self.sent or 0, self.guard.held)
         if trainer.pop_callback(WandbCallback) is not None:
