@@ -32,6 +32,7 @@ from grpo_exp.config.schema import ExperimentConfig
 from grpo_exp.errors import UserError
 from grpo_exp.models import ModelSource
 from grpo_exp.rewards.compose import WeightedReward, build_rewards, required_columns
+from grpo_exp.tracking import held_out
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class _Built:
 
 def _build_config(settings: ExperimentConfig) -> _Built:
     checks.check(settings)
+    held_out.check_curriculum_metric(settings)
     check_group_keys(settings)
     processes = hardware.world_size()
     groups = checks.check_groups(settings, processes)  # before the batch: an adaptive run's sizes say more

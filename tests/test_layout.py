@@ -67,16 +67,20 @@ MAY_IMPORT = {
     "config": set(),
     "sandbox": set(),
     "agents": {"config"},
-    "tasks": {"config"},  # reasoning-gym's problems and curricula
+    # reasoning-gym's problems and curricula; their verifiers run under the code sandbox's launcher
+    "tasks": {"config", "sandbox"},
     # the tool-call part checks a call against the tool's signature; the task parts call the task's verifier
     "rewards": {"config", "sandbox", "agents", "tasks"},
     # the embedded model's agent warm-up calls the shipped tools; its task warm-up draws the task's problems
     "models": {"config", "agents", "tasks"},
     # a verifiable dataset's references are checked by its verifier (rewards/math); a task's problems are drawn
     "dataset": {"config", "rewards", "tasks"},
-    "spec": {"config", *DOMAIN},  # the job spec combines the config with the model, the data and the rewards
+    # the job spec combines the config with the model, the data and the rewards; a curriculum's metric is checked
+    # against what held-out evaluations log (tracking/held_out.py)
+    "spec": {"config", "tracking", *DOMAIN},
     "memory": {"config", "spec", *DOMAIN},  # plans a spec's memory; reads the tiny model's recipe
-    "tracking": {"config", "rewards"},  # the monitor reads the solved shares the rewards log (rewards/solved.py)
+    # the monitor reads the solved shares the rewards log (rewards/solved.py); held_out.py names the curriculum level
+    "tracking": {"config", "rewards", "tasks"},
     "training": {"config", "spec", "memory", "tracking", *DOMAIN},  # a job writes its memory plan when it starts
     "report": {"config", "tracking"},
     "dashboard": {"config", "tracking"},
@@ -86,7 +90,8 @@ MAY_IMPORT = {
     # by their memory plans
     "sweep": {"config", "spec", "memory", "tracking", "training", "job", "report", "dashboard", *DOMAIN},
     # python -m grpo_exp.plan composes jobs as run.py does (job.preflight); its probe samples as training does
-    "plan": {"config", "spec", "memory", "job", "tracking", "training", *DOMAIN},
+    # and it says how a sweep's jobs would be packed (sweep/packing.py)
+    "plan": {"config", "spec", "memory", "job", "tracking", "training", "sweep", *DOMAIN},
 }
 # Entry points above every layer.
 TOOLS = {"schema_gen": {"config"}}

@@ -88,8 +88,8 @@ def test_a_killed_job_fails_alone_and_resume_completes_it(tmp_path):
     assert json.loads((victim / "summary.json").read_text())["status"] == "completed"
 
 
-def cpu_machine(cores: int, host: int | None = None) -> packing.Machine:
-    return packing.Machine(cores, host)
+def cpu_machine(cores: int, host: int | None = None) -> packing.Host:
+    return packing.Host(cores, host)
 
 
 def test_auto_on_the_cpu_divides_the_cores_by_the_threads_per_job():
@@ -105,7 +105,7 @@ def test_auto_on_the_cpu_divides_the_cores_by_the_threads_per_job():
 
 def test_auto_on_gpus_packs_as_many_jobs_as_the_plan_fits_with_its_margin():
     gpus = (packing.Gpu(0, 80 * GIB), packing.Gpu(1, 80 * GIB))
-    packed = packing.plan_slots(None, packing.Machine(16, None, gpus), packing.Needs(1, None, 20 * GIB), 0.1)
+    packed = packing.plan_slots(None, packing.Host(16, None, gpus), packing.Needs(1, None, 20 * GIB), 0.1)
     slots = packed.slots
     assert slots.room == {0: 3, 1: 3} and packed.at_once == 6  # 4 x 20 GiB would fill the card, past its 10 % margin
     assert packed.bound.name == "GPU memory"
@@ -116,13 +116,13 @@ def test_auto_on_gpus_packs_as_many_jobs_as_the_plan_fits_with_its_margin():
     slots.give_back(1)
     assert slots.take() == 1  # a job that ends frees its GPU's slot
     # A job larger than a GPU still runs, one per GPU (its own plan says what to change)
-    larger = packing.plan_slots(None, packing.Machine(16, None, gpus), packing.Needs(1, None, 100 * GIB), 0.1)
+    larger = packing.plan_slots(None, packing.Host(16, None, gpus), packing.Needs(1, None, 100 * GIB), 0.1)
     assert larger.slots.room == {0: 1, 1: 1}
 
 
 def test_on_a_gpu_the_cores_bound_a_small_jobs_sweep_and_the_line_names_them():
     """Issue 59: on an H200 the default's sweep ran "156 at a time" on 16 cores, by GPU memory alone."""
-    h200 = packing.Machine(16, None, (packing.Gpu(0, H200.memory_bytes),))
+    h200 = packing.Host(16, None, (packing.Gpu(0, H200.memory_bytes),))
     small = 826 * 1024**2  # the default job's planned peak on a GPU
     packed = packing.plan_slots(None, h200, packing.Needs(1, None, small), 0.1)
     assert packed.at_once == 16 and packed.bound.name == "the cores"
@@ -135,13 +135,13 @@ def test_on_a_gpu_the_cores_bound_a_small_jobs_sweep_and_the_line_names_them():
 @pytest.mark.parametrize("gpus", [(), (packing.Gpu(0, 80 * GIB),)], ids=["cpu", "gpu"])
 def test_host_memory_bounds_the_jobs_on_the_cpu_and_on_gpus(gpus):
     needs = packing.Needs(1, 3 * GIB, GIB if gpus else None)
-    packed = packing.plan_slots(None, packing.Machine(64, 10 * GIB, gpus), needs, 0.1)
+    packed = packing.plan_slots(None, packing.Host(64, 10 * GIB, gpus), needs, 0.1)
     assert packed.at_once == 3 and packed.bound.name == "host memory"  # 3 x 3 GiB in 9 GiB (10 GiB less 10 %)
     where = "on GPU 0" if gpus else "on the CPU"
     assert packed.describe().startswith(f"3 at a time {where}: host memory (3.0 GiB a job in 10.0 GiB available")
-    fewer_cores = packing.plan_slots(None, packing.Machine(2, 10 * GIB, gpus), needs, 0.1)
+    fewer_cores = packing.plan_slots(None, packing.Host(2, 10 * GIB, gpus), needs, 0.1)
     assert (fewer_cores.at_once, fewer_cores.bound.name) == (2, "the cores")
-    unknown = packing.plan_slots(None, packing.Machine(64, None, gpus), needs, 0.1)
+    unknown = packing.plan_slots(None, packing.Host(64, None, gpus), needs, 0.1)
     assert unknown.at_once > 3  # a machine whose free memory can't be read is not bounded by it
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp.config.task_checks import held_out_metrics
 from grpo_exp.folder import read_rows
+from grpo_exp.tracking.held_out import held_out_metrics
 from grpo_exp.tracking.metrics import eval_rows, training_rows
 from tests.conftest import QUICK_TASK_MODEL, ROOT
 
@@ -45,7 +45,7 @@ def test_the_issue_command_logs_the_tasks_accuracy_and_held_out_pass_at_k(tmp_pa
     summary = json.loads((out / "summary.json").read_text())
     assert summary["final_eval_pass@1"] == held[-1]["eval/pass@1"]
     assert set(summary["eval_task"]) == {"mean@4", "pass@1", "pass@4"}
-    # what a curriculum may wait on (config/task_checks.py) is what the held-out rows carry, the level aside
+    # what a curriculum may wait on (tracking/held_out.py) is what the held-out rows carry, the level aside
     logged = {key for row in held for key in row if key.startswith("eval/")} - {"eval/curriculum/level"}
     assert logged == set(held_out_metrics(settings(*TASK, "grpo.max_steps=3", *SHORT)))
 

@@ -188,7 +188,8 @@ def check(settings: ExperimentConfig) -> None:
         _check_rollback(settings)
     if settings.dataset.curriculum.enabled:
         _check_curriculum(settings)
-    task_checks.check(settings)
+    if settings.dataset.source == "reasoning_gym":
+        task_checks.check_sizes(settings)
 
 
 def _check_curriculum(settings: ExperimentConfig) -> None:

@@ -4,6 +4,9 @@ Hydra merges the YAML files of conf/ into these dataclasses, so a misspelt key o
 wrong type fails at compose time, naming the key. Defaults and their documentation live in conf/;
 the defaults here only make the schema complete. Nothing here imports torch or trl. Fields with
 a fixed set of values are enums, so a bad value fails with the list of valid ones.
+
+It is long because it is one place: every group's dataclass together, so Hydra's ConfigStore
+registers the whole tree at once and a reader finds any key's type here.
 """
 
 from __future__ import annotations

@@ -83,8 +83,10 @@ def check_settings(settings: ExperimentConfig) -> None:
     """The spec's checks that don't depend on this machine (``spec.build_spec`` runs them all)."""
     from grpo_exp import models
     from grpo_exp.config import checks
+    from grpo_exp.tracking import held_out
 
     checks.check(settings)
+    held_out.check_curriculum_metric(settings)
     checks.check_model(settings)
     models.resolve(settings.model)
 
@@ -161,7 +163,7 @@ class SweepNeeds:
                 raise UserError(f"--gpus {gpus}: give each GPU's memory too, e.g. --gpu-memory 80GB")
             count = gpus or (1 if self.simulated else max(1, self.gpus_here))
             on_gpus = tuple(packing.Gpu(i, self.gpu_memory) for i in range(count))
-        return packing.Machine(cores or packing.machine_cores(), host_memory, on_gpus)
+        return packing.Host(cores or packing.machine_cores(), host_memory, on_gpus)
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ def _slots(n_jobs: Any, margin: float, configs: dict[int, DictConfig]) -> tuple[
     ``n_jobs`` (a number or ``auto``), this machine, and every job's spec (``gpu_plan``)."""
     wanted = packing.parse_n_jobs(n_jobs)
     plan = gpu_plan(configs, with_peak=wanted is None)
-    machine = packing.Machine(packing.machine_cores(), packing.machine_host_memory(), plan.gpus)
+    machine = packing.Host(packing.machine_cores(), packing.machine_host_memory(), plan.gpus)
     return packing.plan_slots(wanted, machine, plan.needs(), margin), plan.on_gpu
 
 

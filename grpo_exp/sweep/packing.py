@@ -51,7 +51,7 @@ class Gpu:
 
 
 @dataclass(frozen=True)
-class Machine:
+class Host:
     """What the packing reads of the machine (this one, or one given to ``python -m grpo_exp.plan``)."""
 
     cores: int
@@ -69,7 +69,7 @@ class Needs:
 
 
 @dataclass(frozen=True)
-class Bound:
+class Ceiling:
     """How many jobs one resource allows at a time, and why."""
 
     jobs: int
@@ -106,7 +106,7 @@ class Packing:
     """Jobs at a time, the bound that decided it, and the GPU slots (None when every job trains on the CPU)."""
 
     at_once: int
-    bound: Bound
+    bound: Ceiling
     slots: GpuSlots | None
 
     def where(self) -> str:
@@ -120,19 +120,19 @@ class Packing:
         return f"{self.at_once} at a time {self.where()}: {self.bound.name} ({self.bound.why})"
 
 
-def cores_bound(cores: int, threads: int | None) -> Bound:
+def cores_bound(cores: int, threads: int | None) -> Ceiling:
     """Jobs that fit the cores when each runs ``threads`` (one when a job takes torch's default, all cores)."""
     if not threads:
-        return Bound(1, "the cores", "threads=null: each job runs torch's default, every core")
+        return Ceiling(1, "the cores", "threads=null: each job runs torch's default, every core")
     plural = "s" if threads > 1 else ""
-    return Bound(max(1, cores // threads), "the cores", f"{cores} cores / {threads} thread{plural} a job")
+    return Ceiling(max(1, cores // threads), "the cores", f"{cores} cores / {threads} thread{plural} a job")
 
 
-def host_bound(available: int, job_bytes: int, margin: float) -> Bound:
+def host_bound(available: int, job_bytes: int, margin: float) -> Ceiling:
     """Jobs whose processes of ``job_bytes`` each fit the host memory available, ``margin`` of it kept free."""
     jobs = max(1, math.floor(available * (1.0 - margin) / job_bytes)) if job_bytes > 0 else 1
     why = f"{format_size(job_bytes)} a job in {format_size(available)} available, {margin:.0%} kept free"
-    return Bound(jobs, "host memory", why)
+    return Ceiling(jobs, "host memory", why)
 
 
 def jobs_per_gpu(peak_bytes: int, memory_bytes: int, margin: float) -> int:
@@ -141,7 +141,7 @@ def jobs_per_gpu(peak_bytes: int, memory_bytes: int, margin: float) -> int:
     return max(1, math.floor(usable / peak_bytes)) if peak_bytes > 0 else 1
 
 
-def gpu_bound(gpus: Sequence[Gpu], peak_bytes: int, margin: float) -> tuple[Bound, GpuSlots]:
+def gpu_bound(gpus: Sequence[Gpu], peak_bytes: int, margin: float) -> tuple[Ceiling, GpuSlots]:
     """Jobs of ``peak_bytes`` (the plan's peak: a CUDA context each) that fit each GPU, and their slots."""
     slots = GpuSlots({g.index: jobs_per_gpu(peak_bytes, g.memory_bytes, margin) for g in gpus})
     per_gpu = ", ".join(sorted({str(n) for n in slots.room.values()}))
@@ -150,15 +150,15 @@ def gpu_bound(gpus: Sequence[Gpu], peak_bytes: int, margin: float) -> tuple[Boun
         f"{per_gpu} a GPU: {format_size(peak_bytes)} a job, its CUDA context included, "
         f"in {memory}, {margin:.0%} kept free"
     )
-    return Bound(slots.capacity, "GPU memory", why), slots
+    return Ceiling(slots.capacity, "GPU memory", why), slots
 
 
-def plan_slots(n_jobs: int | None, machine: Machine, needs: Needs, margin: float) -> Packing:
+def plan_slots(n_jobs: int | None, machine: Host, needs: Needs, margin: float) -> Packing:
     """Jobs at a time (``n_jobs``, or for ``auto`` the tightest bound), and the GPU slots when jobs train on GPUs.
 
     Bounds tie in the order cores, host memory, GPU memory: the first of equals is named."""
     if n_jobs is not None:
-        given = Bound(n_jobs, GIVEN, "given")
+        given = Ceiling(n_jobs, GIVEN, "given")
         if not machine.gpus:
             return Packing(n_jobs, given, None)
         per_gpu = math.ceil(n_jobs / len(machine.gpus))

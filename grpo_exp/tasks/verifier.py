@@ -30,6 +30,9 @@ task's verifier runs here, whichever task (no list of "safe" tasks to keep up to
 
 What this does not change: a verifier that evals is still asked to judge the object the answer
 evaluates to, so it judges what reasoning-gym's own code makes of it, in that one process.
+
+The module is long on purpose: the trainer's side, the fork server and the answer's process are one
+security boundary, and reading them together is how it is reviewed.
 """
 
 from __future__ import annotations
