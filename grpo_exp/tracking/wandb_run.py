@@ -106,11 +106,8 @@ def identity_from_hydra(hydra_cfg: Any = None) -> RunIdentity:
 
 
 def run_name(values: dict[str, Any]) -> str:
-    """A run's name in the dashboards: ``key=value`` of the values given, each key by its last part where
-    that is unambiguous (``lr=0.0001,seed=1``), so the sidebar's first characters tell the runs apart.
-
-    A sweep names its jobs by the values it sweeps only: the overrides every job shares would come
-    first, the same on each run, and push the ones that differ out of the sidebar."""
+    """``key=value`` for each value, a key by its last part where unambiguous (``lr=0.0001,seed=1``): a sweep
+    passes only what it sweeps, so a cut sidebar still shows what differs between its runs."""
     last = [key.rpartition(".")[2] for key in values]
     shown = [short if last.count(short) == 1 else key for key, short in zip(values, last, strict=True)]
     return ",".join(f"{key}={value_text(value)}" for key, value in zip(shown, values.values(), strict=True)) or DEFAULTS
