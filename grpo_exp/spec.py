@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_exp import dataset, hardware, models
+from grpo_exp.agents.env_runner import EnvironmentSet, build_environments
 from grpo_exp.agents.runner import ToolRunner, build_tools
 from grpo_exp.agents.tools import Tool
 from grpo_exp.config import batch, checks, layout
@@ -26,6 +27,7 @@ from grpo_exp.config.layout import Layout
 from grpo_exp.config.schema import ExperimentConfig
 from grpo_exp.errors import UserError
 from grpo_exp.models import ModelSource
+from grpo_exp.rewards.agent import ENVIRONMENT_PART
 from grpo_exp.rewards.compose import WeightedReward, build_rewards, required_columns
 
 
@@ -40,6 +42,13 @@ class JobSpec:
     tools: tuple[Tool, ...]  # what the model may call during its rollouts, run in tool_runner (empty: no agent)
     tool_runner: ToolRunner | None  # the helper process the tools' calls run in; closed when the job ends
     warnings: tuple[str, ...]  # the article's advice that does not stop a run
+    environments: EnvironmentSet = EnvironmentSet()  # TRL's environment_factory and the process it runs in
+
+    def close_helpers(self) -> None:
+        """End the helper processes the tools and environments run in (with all they started)."""
+        for runner in (self.tool_runner, self.environments.runner):
+            if runner is not None:
+                runner.close()
 
 
 def build_spec(settings: ExperimentConfig) -> JobSpec:
@@ -56,13 +65,58 @@ def build_spec(settings: ExperimentConfig) -> JobSpec:
     rewards, weights = build_rewards(settings.reward, runner.take_metrics if runner else None)
     if toolset.tools and not settings.dataset.chat:
         raise UserError("agent.tools need chat prompts (TRL renders the tools into them): set dataset.chat=true")
+    environments = build_environments(settings.agent)
+    warnings += check_environment_use(environments, rewards, columns, settings)
     if columns is not None:
         _check_columns(rewards, columns, settings.dataset.name or settings.dataset.path)
     where = layout.decide(settings)  # last: the config is sound before torch is asked about the machine
     warnings += [*where.notes, *layout.check_hardware(settings, where)]
     return JobSpec(
-        settings, where, model, tuple(rewards), tuple(weights), groups, toolset.tools, runner, tuple(warnings)
+        settings,
+        where,
+        model,
+        tuple(rewards),
+        tuple(weights),
+        groups,
+        toolset.tools,
+        runner,
+        tuple(warnings),
+        environments,
     )
+
+
+def check_environment_use(
+    environments: EnvironmentSet, rewards: list[WeightedReward], columns: set[str] | None, settings: ExperimentConfig
+) -> list[str]:
+    """An environment's needs the rest of the config must meet; warnings for what only wastes it."""
+    reads_state = [r for r in rewards if r.spec == ENVIRONMENT_PART]
+    if not environments.classes:
+        if reads_state:
+            raise UserError(
+                f"reward part {reads_state[0].__name__!r} ({ENVIRONMENT_PART}) reads an environment's get_reward, "
+                "but the job has none: set agent.environment (e.g. agent=support_env)"
+            )
+        return []
+    if not settings.dataset.chat:
+        raise UserError("an agent.environment needs chat prompts (TRL renders its tools into them): set dataset.chat=true")
+    if settings.agent.environments and columns is not None and "environment" not in columns:
+        raise UserError(
+            "agent.environments picks each row's environment by its `environment` column, which "
+            f"{settings.dataset.name or settings.dataset.path} lacks: add it, or give one agent.environment"
+        )
+    lacking = [c.__name__ for c in environments.classes if not callable(getattr(c, "get_reward", None))]
+    if reads_state and len(lacking) == len(environments.classes):
+        raise UserError(
+            f"reward part {reads_state[0].__name__!r} ({ENVIRONMENT_PART}) reads get_reward, which "
+            f"{', '.join(lacking)} lacks: add def get_reward(self) -> float, or drop the part"
+        )
+    owners = [c.__name__ for c in environments.classes if c.__name__ not in lacking]
+    if owners and not reads_state:
+        return [
+            f"{', '.join(owners)} defines get_reward, but no reward part reads it: add a part with "
+            f"fn: {ENVIRONMENT_PART} to reward.parts"
+        ]
+    return []
 
 
 def _check_columns(rewards: list[WeightedReward], columns: set[str], source: str | None) -> None:

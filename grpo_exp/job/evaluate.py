@@ -116,7 +116,7 @@ def _score(spec: Any, weights: Path) -> dict[str, float]:
 
     settings = spec.settings
     model, tokenizer = load_policy(settings.model, weights, spec.layout)
-    _, held_out = dataset.load_splits(settings.dataset, tokenizer, spec.tools)
+    _, held_out = dataset.load_splits(settings.dataset, tokenizer, spec.tools + spec.environments.tools())
     if held_out is None:
         raise UserError("the job holds no prompts out: give dataset.eval_fraction above 0 (or a dataset.eval_path)")
     with tempfile.TemporaryDirectory(prefix="grpo-exp-eval-") as scratch:
@@ -129,6 +129,7 @@ def _score(spec: Any, weights: Path) -> dict[str, float]:
             train_dataset=held_out,
             eval_dataset=held_out,
             tools=list(spec.tools) or None,
+            environment_factory=spec.environments.factory,
         )
         logs = trainer.evaluate()
     row = metrics_row(0, logs)
