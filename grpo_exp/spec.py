@@ -30,6 +30,8 @@ from grpo_exp.models import ModelSource
 from grpo_exp.rewards.agent import ENVIRONMENT_PART
 from grpo_exp.rewards.compose import WeightedReward, build_rewards, required_columns
 
+NO_ENVIRONMENT = EnvironmentSet()  # a job whose agent acts in no environment (or has no agent)
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -42,7 +44,7 @@ class JobSpec:
     tools: tuple[Tool, ...]  # what the model may call during its rollouts, run in tool_runner (empty: no agent)
     tool_runner: ToolRunner | None  # the helper process the tools' calls run in; closed when the job ends
     warnings: tuple[str, ...]  # the article's advice that does not stop a run
-    environments: EnvironmentSet = EnvironmentSet()  # TRL's environment_factory and the process it runs in
+    environments: EnvironmentSet = NO_ENVIRONMENT  # TRL's environment_factory and the process it runs in
 
     def close_helpers(self) -> None:
         """End the helper processes the tools and environments run in (with all they started)."""
@@ -98,7 +100,9 @@ def check_environment_use(
             )
         return []
     if not settings.dataset.chat:
-        raise UserError("an agent.environment needs chat prompts (TRL renders its tools into them): set dataset.chat=true")
+        raise UserError(
+            "an agent.environment needs chat prompts (TRL renders its tools into them): set dataset.chat=true"
+        )
     if settings.agent.environments and columns is not None and "environment" not in columns:
         raise UserError(
             "agent.environments picks each row's environment by its `environment` column, which "

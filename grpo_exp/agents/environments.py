@@ -22,7 +22,7 @@ from typing import Any
 from grpo_exp.agents.tools import check_tool
 from grpo_exp.errors import UserError
 from grpo_exp.registry import Registry
-from grpo_exp.user_code import is_user_spec, load_function
+from grpo_exp.user_code import is_user_spec, load_class
 
 ENVIRONMENTS: Registry[type] = Registry("environment", hint=" (or give your own as path/to/file.py:Class)")
 RESERVED = ("reset", "get_reward")  # methods TRL calls itself; every other public method is a tool
@@ -31,7 +31,7 @@ RESERVED = ("reset", "get_reward")  # methods TRL calls itself; every other publ
 def resolve_environment(spec: str) -> type:
     """The class ``spec`` names: a registered environment, or the user's class."""
     if is_user_spec(spec):
-        return load_function(spec, "environment")  # type: ignore[return-value]  # checked as a class below
+        return load_class(spec, "environment")
     import grpo_exp.agents.store  # noqa: F401  # registers the shipped environments
 
     return ENVIRONMENTS.get(spec)
