@@ -157,6 +157,24 @@ def test_a_pooled_instance_starts_each_rollout_afresh(envs):
     assert instance.add(n=1) == "1"
 
 
+def test_several_environments_go_to_trl_as_a_dict_each_name_resetting_its_own_class():
+    environments = build_environments(
+        AgentSettings(environments={"store": "support_store", "counter": f"{FIXTURE}:Counter"}, tool_timeout_s=LIMIT_S)
+    )
+    try:
+        assert sorted(environments.factory) == ["counter", "store"]
+        counter, store = environments.factory["counter"](), environments.factory["store"]()
+        counter.reset(start=2)
+        store.reset(order_id="SO2405", want="replace")
+        assert counter.add(n=1) == "3"
+        assert "运输中" in store.lookup_order(order_id="SO2405")
+        assert sorted(t.__name__ for t in environments.tools()) == [
+            "add", "escalate", "lookup_order", "refund", "replace"
+        ]  # fmt: skip
+    finally:
+        environments.runner.close()
+
+
 def test_a_call_before_reset_fails_as_a_tool_reply(envs):
     instance = envs(f"{FIXTURE}:Counter").factory()
     with pytest.raises(ToolFailed, match="not reset"):
