@@ -70,6 +70,7 @@ def score(part: Any, instances: list[Any], logged: dict[str, float] | None = Non
         (f"{FIXTURE}:Unhinted", "no type hint for text"),
         (f"{FIXTURE}:Undocumented", "has no docstring"),
         (f"{FIXTURE}:RewardWithArguments", "get_reward takes answer"),
+        (f"{FIXTURE}:WordReward", r"\(WordReward\): get_reward returns str, not a number"),
         (
             "tests/fixtures/env_import_fails.py:Store",
             "importing tests/fixtures/env_import_fails.py failed: ImportError",
@@ -93,10 +94,11 @@ def test_run_py_refuses_an_environment_without_reset_before_the_model_loads():
 
 
 def test_a_get_reward_that_returns_no_number_fails_the_run_in_one_line_naming_the_class(envs):
-    environments = envs(f"{FIXTURE}:WordReward")
+    environments = envs(f"{FIXTURE}:UnannotatedWordReward")
     instance = environments.factory()
     instance.reset()
-    with pytest.raises(UserError, match=r"environment WordReward\.get_reward returned a str \('good'\), not a number"):
+    returned = r"environment UnannotatedWordReward\.get_reward returned a str \('good'\), not a number"
+    with pytest.raises(UserError, match=returned):
         score(state_part(), [instance])
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import types
+import typing
 from typing import Any
 
 from grpo_exp.agents.tools import check_tool
@@ -75,3 +76,18 @@ def check_environment(cls: Any, spec: str) -> None:
                 f"environment {spec!r} ({cls.__name__}): get_reward takes {', '.join(required)}, but it is called "
                 "with no arguments; read what it needs from the environment's state"
             )
+        returns = _return_type(reward)
+        if inspect.isclass(returns) and not issubclass(returns, int | float | type(None)):
+            raise UserError(
+                f"environment {spec!r} ({cls.__name__}): get_reward returns {returns.__name__}, not a number: "
+                "make it return a float (the rollout's score)"
+            )
+
+
+def _return_type(fn: Any) -> Any:
+    """``fn``'s return annotation, evaluated; None where there is none or it can't be evaluated (a
+    returned value is still checked when it is called)."""
+    try:
+        return typing.get_type_hints(fn).get("return")
+    except Exception:  # a forward reference to a name the module lacks, an invalid annotation
+        return None
