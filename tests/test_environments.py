@@ -21,7 +21,7 @@ from grpo_exp.agents.store import SupportStore, right_action
 from grpo_exp.config.schema import AgentSettings, OnTimeout, RewardPart, RewardSettings
 from grpo_exp.errors import UserError
 from grpo_exp.rewards.compose import build_rewards, check_answered
-from grpo_exp.tracking.metrics import read_metrics
+from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics
 from tests.conftest import ROOT
 from tests.test_train_e2e import run_training
 
@@ -320,11 +320,11 @@ def test_the_state_part_logs_turns_and_tool_calls_by_name(envs):
 # -- through TRL ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.e2e  # builds the embedded agent model once (1,500 warm-up steps), then two steps of 32 rollouts
+@pytest.mark.e2e  # two steps of 32 rollouts and a held-out evaluation (and the agent model's build, once)
 def test_a_support_env_run_trains_through_trls_environment_factory(tmp_path):
     """run.py hands TRL the store as environment_factory: TRL resets one instance per rollout and passes
-    them to the reward, which logs what only environments give (the metrics below); the agent model,
-    warmed up to call lookup_order, calls the store's."""
+    them to the reward, which logs what only environments give (the metrics below), in training and on
+    the held-out requests."""
     result = run_training(tmp_path, *SHORT)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_metrics(tmp_path / "metrics.jsonl")
@@ -332,6 +332,7 @@ def test_a_support_env_run_trains_through_trls_environment_factory(tmp_path):
     for key in ("rewards/state/mean", TURNS, RESET_FAILED, REWARD_FAILED, "tools/call_frequency"):
         assert all(key in r for r in rows), key
     assert all(r[RESET_FAILED] == 0.0 for r in rows)
-    assert any(r.get(CALLS.format(name="lookup_order"), 0) > 0 for r in rows), "the store's tools are called"
+    evaluations = [r for r in read_eval_metrics(tmp_path / "metrics.jsonl") if "eval/reward" in r]
+    assert evaluations and all(f"eval/{TURNS}" in r for r in evaluations)  # held-out episodes run in the store too
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["episode_turns"] >= 1
