@@ -5,7 +5,8 @@ A composed config becomes a spec in five steps, each once:
 1. check: the schema's types (``loading``), then the ranges and the rules between keys (``checks``);
 2. derive: the batch that holds whole groups on the launch's processes;
 3. resolve: the model source (path and cache key), the data's columns;
-4. build: the reward functions, whose columns are checked against the data's, and the agent's tools;
+4. build: the reward functions, whose columns are checked against the data's, and the agent's tools
+   and environments;
 5. decide: the layout (device, precision, processes), from torch, and what it rules out. Last, so
    a bad config is refused before torch is imported.
 
