@@ -320,7 +320,6 @@ def test_the_state_part_logs_turns_and_tool_calls_by_name(envs):
 # -- through TRL ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.e2e  # two steps of 32 rollouts and a held-out evaluation (and the agent model's build, once)
 def test_a_support_env_run_trains_through_trls_environment_factory(tmp_path):
     """run.py hands TRL the store as environment_factory: TRL resets one instance per rollout and passes
     them to the reward, which logs what only environments give (the metrics below), in training and on
