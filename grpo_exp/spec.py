@@ -6,8 +6,8 @@ A composed config becomes a spec in five steps, each once:
    and keys the chosen group does not read (``group_keys``);
 2. derive: the batch that holds whole groups on the launch's processes;
 3. resolve: the model source (path and cache key), the data's columns;
-4. build: the reward functions, whose columns are checked against the data's, and the agent's tools;
-   then whether the embedded model can give the replies the reward scores (``reply_format``), after
+4. build: the reward functions, whose columns are checked against the data's, and the agent's tools
+   and environments; then whether the embedded model can give the replies the reward scores (``reply_format``), after
    the checks of the keys the user typed, so that those are named first;
 5. decide: the layout (device, precision, processes), from torch, and what it rules out. Last, so
    a bad config is refused before torch is imported; ``check_config`` (``--cfg job``) stops before it.
@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_exp import dataset, hardware, models
+from grpo_exp.agents.env_runner import EnvironmentSet, build_environments
 from grpo_exp.agents.runner import ToolRunner, Toolset, build_tools
 from grpo_exp.agents.tools import Tool
 from grpo_exp.config import batch, checks, layout
@@ -31,8 +32,11 @@ from grpo_exp.config.reply_format import check_reply_format
 from grpo_exp.config.schema import ExperimentConfig
 from grpo_exp.errors import UserError
 from grpo_exp.models import ModelSource
+from grpo_exp.rewards.agent import ENVIRONMENT_PART
 from grpo_exp.rewards.compose import WeightedReward, build_rewards, required_columns
 from grpo_exp.tracking import held_out
+
+NO_ENVIRONMENT = EnvironmentSet()  # a job whose agent acts in no environment (or has no agent)
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,13 @@ class JobSpec:
     tools: tuple[Tool, ...]  # what the model may call during its rollouts, run in tool_runner (empty: no agent)
     tool_runner: ToolRunner | None  # the helper process the tools' calls run in; closed when the job ends
     warnings: tuple[str, ...]  # the article's advice that does not stop a run
+    environments: EnvironmentSet = NO_ENVIRONMENT  # TRL's environment_factory and the process it runs in
+
+    def close_helpers(self) -> None:
+        """End the helper processes the tools and environments run in (with all they started)."""
+        for runner in (self.tool_runner, self.environments.runner):
+            if runner is not None:
+                runner.close()
 
 
 def build_spec(settings: ExperimentConfig) -> JobSpec:
@@ -63,15 +74,17 @@ def build_spec(settings: ExperimentConfig) -> JobSpec:
         built.toolset.tools,
         built.toolset.runner,
         warnings,
+        built.environments,
     )
 
 
 def check_config(settings: ExperimentConfig) -> None:
     """Every check of ``build_spec`` that needs no torch (steps 1-4): what ``--cfg job`` runs, so it
     refuses what a run would refuse without asking the machine anything."""
-    runner = _build_config(settings).toolset.runner
-    if runner is not None:
-        runner.close()
+    built = _build_config(settings)
+    for runner in (built.toolset.runner, built.environments.runner):
+        if runner is not None:
+            runner.close()
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,7 @@ class _Built:
     toolset: Toolset
     rewards: tuple[WeightedReward, ...]
     weights: tuple[float, ...]
+    environments: EnvironmentSet
 
 
 def _build_config(settings: ExperimentConfig) -> _Built:
@@ -100,10 +114,48 @@ def _build_config(settings: ExperimentConfig) -> _Built:
     rewards, weights = build_rewards(settings.reward, toolset.runner.take_metrics if toolset.runner else None)
     if toolset.tools and not settings.dataset.chat:
         raise UserError("agent.tools need chat prompts (TRL renders the tools into them): set dataset.chat=true")
+    environments = build_environments(settings.agent)
+    warnings += check_environment_use(environments, rewards, columns, settings)
     if columns is not None:
         _check_columns(rewards, columns, dataset.source_name(settings.dataset))
     check_reply_format(settings)  # after the typed keys' own checks: those name what the user wrote
-    return _Built(groups, tuple(warnings), model, toolset, tuple(rewards), tuple(weights))
+    return _Built(groups, tuple(warnings), model, toolset, tuple(rewards), tuple(weights), environments)
+
+
+def check_environment_use(
+    environments: EnvironmentSet, rewards: list[WeightedReward], columns: set[str] | None, settings: ExperimentConfig
+) -> list[str]:
+    """An environment's needs the rest of the config must meet; warnings for what only wastes it."""
+    reads_state = [r for r in rewards if r.spec == ENVIRONMENT_PART]
+    if not environments.classes:
+        if reads_state:
+            raise UserError(
+                f"reward part {reads_state[0].__name__!r} ({ENVIRONMENT_PART}) reads an environment's get_reward, "
+                "but the job has none: set agent.environment (e.g. agent=support_env)"
+            )
+        return []
+    if not settings.dataset.chat:
+        raise UserError(
+            "an agent.environment needs chat prompts (TRL renders its tools into them): set dataset.chat=true"
+        )
+    if settings.agent.environments and columns is not None and "environment" not in columns:
+        raise UserError(
+            "agent.environments picks each row's environment by its `environment` column, which "
+            f"{dataset.source_name(settings.dataset)} lacks: add it, or give one agent.environment"
+        )
+    lacking = [c.__name__ for c in environments.classes if not callable(getattr(c, "get_reward", None))]
+    if reads_state and len(lacking) == len(environments.classes):
+        raise UserError(
+            f"reward part {reads_state[0].__name__!r} ({ENVIRONMENT_PART}) reads get_reward, which "
+            f"{', '.join(lacking)} lacks: add def get_reward(self) -> float, or drop the part"
+        )
+    owners = [c.__name__ for c in environments.classes if c.__name__ not in lacking]
+    if owners and not reads_state:
+        return [
+            f"{', '.join(owners)} defines get_reward, but no reward part reads it: add a part with "
+            f"fn: {ENVIRONMENT_PART} to reward.parts"
+        ]
+    return []
 
 
 def _check_columns(rewards: list[WeightedReward], columns: set[str], source: str) -> None:

@@ -1,4 +1,4 @@
-"""Loading the functions users write themselves: reward parts and agent tools.
+"""Loading the functions users write themselves: reward parts and agent tools (and agents' environment classes).
 
 A spec names a function as ``module.function``, ``module:function`` (imported with the current
 directory on the path) or ``path/to/file.py:function``. Every failure is one line that names the
@@ -33,6 +33,19 @@ def load_function(spec: str, what: str) -> Callable[..., Any]:
         found = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_"))
         raise UserError(f"{what} {spec!r}: {module_name} has no function {attr!r} (functions there: {found})")
     return fn
+
+
+def load_class(spec: str, what: str) -> type:
+    """The class ``spec`` names (an agent's environment); ``what`` starts each error."""
+    module_name, _, attr = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
+    module = _load_module(module_name, spec, what)
+    cls = getattr(module, attr, None)
+    if not inspect.isclass(cls):
+        defined = [n for n, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module.__name__]
+        found = sorted(n for n in defined if not n.startswith("_"))
+        problem = f"has no class {attr!r}" if cls is None else f"holds a {type(cls).__name__} as {attr!r}, not a class"
+        raise UserError(f"{what} {spec!r}: {module_name} {problem} (classes there: {found})")
+    return cls
 
 
 def _load_module(name: str, spec: str, what: str) -> ModuleType:

@@ -146,15 +146,17 @@ def _calls(setup: dict[str, Any]) -> Handler:
     return lambda request: run_call(tools[request["tool"]], request["arguments"], max_chars)
 
 
-def run_call(fn: Tool, arguments: dict[str, Any], max_chars: int) -> dict[str, Any]:
+def run_call(fn: Tool, arguments: dict[str, Any], max_chars: int, allow_none: bool = False) -> dict[str, Any]:
     """One call's answer: ``{"result": text}`` or ``{"error": message}``, each cut to ``max_chars``
-    (``"cut": true`` when it was)."""
+    (``"cut": true`` when it was); with ``allow_none`` (an environment's ``reset``), None stays None."""
     try:
         result = fn(**arguments)
         if inspect.isawaitable(result):
             result = asyncio.run(_awaited(result))
     except BaseException as exc:  # KeyboardInterrupt, SystemExit too: the tool failed, the model is told why
         return capped("error", describe(exc), max_chars)
+    if result is None and allow_none:
+        return {"result": None}
     try:
         text = result if isinstance(result, str) else str(result)
     except BaseException as exc:  # a __str__ that raises

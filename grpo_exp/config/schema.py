@@ -318,9 +318,12 @@ class MonitorSettings:
 
 @dataclass
 class AgentSettings:
-    """Tools the model may call during its rollouts (grpo_exp/agents/tools.py); none: single-turn replies."""
+    """Tools the model may call during its rollouts (grpo_exp/agents/tools.py), or an environment whose
+    methods are the tools (grpo_exp/agents/environments.py); none: single-turn replies."""
 
     tools: list[str] = field(default_factory=list)
+    environment: str | None = None  # a registered environment, or path/to/file.py:Class
+    environments: dict[str, str] = field(default_factory=dict)  # name -> environment, per row's `environment`
     tool_timeout_s: float = 10.0  # 0: no limit
     tool_reply_max_chars: int = 4000  # 0: no cap
 

@@ -126,8 +126,7 @@ def evaluate(target: Path, overrides: list[str]) -> dict[str, Any]:
                 folder.append_evaluation(result)
                 return result
         finally:
-            if spec.tool_runner is not None:
-                spec.tool_runner.close()
+            spec.close_helpers()
         if chosen is not None:
             raise UserError(
                 f"{chosen} was removed or rewritten while it loaded (is the job still training?): score the job "
@@ -350,7 +349,7 @@ def _score(spec: JobSpec, model: Any, tokenizer: Any) -> dict[str, Any]:
     from grpo_exp.training.trainer import grpo_config
 
     settings = spec.settings
-    _, held_out = dataset.load_splits(settings.dataset, tokenizer, spec.tools)
+    _, held_out = dataset.load_splits(settings.dataset, tokenizer, spec.tools + spec.environments.tools())
     if held_out is None:
         raise UserError("the job holds no prompts out: give dataset.eval_fraction above 0 (or a dataset.eval_path)")
     with tempfile.TemporaryDirectory(prefix="grpo-exp-eval-") as scratch:
@@ -363,6 +362,7 @@ def _score(spec: JobSpec, model: Any, tokenizer: Any) -> dict[str, Any]:
             train_dataset=held_out,
             eval_dataset=held_out,
             tools=list(spec.tools) or None,
+            environment_factory=spec.environments.factory,
         )
         logs = trainer.evaluate()
     row = metrics_row(0, logs)

@@ -1,8 +1,10 @@
-"""Reward parts for agents that call tools: the right call, and a final reply built on its result.
+"""Reward parts for agents that call tools: the right call, a final reply built on its result, and
+the state an environment was left in.
 
-Both read TRL's chat messages (registered with ``messages=True``): with tools, a completion is the
+All read TRL's chat messages (registered with ``messages=True``): with tools, a completion is the
 model's first turn (``tool_calls`` parsed from its text), the tools' replies (role ``tool``) and the
-model's later turns. Each scores 1.0 or 0.0, so a part's mean is the share of replies that did it.
+model's later turns. ``tool_call`` and ``states_fact`` score 1.0 or 0.0, so a part's mean is the share
+of replies that did it; ``environment_state`` scores what the environment's ``get_reward`` says.
 """
 
 from __future__ import annotations
@@ -12,9 +14,42 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from grpo_exp.deadline import Expired
 from grpo_exp.rewards.registry import register
 
 Messages = Sequence[Mapping[str, Any]]
+ENVIRONMENT_PART = "environment_state"  # the part that reads an environment's get_reward
+
+
+@register(ENVIRONMENT_PART, messages=True)
+def environment_state(
+    completions: list[Messages], *, environments: Sequence[Any] | None = None, log_metric: Any = None, **_: Any
+) -> list[float | None]:
+    """Each rollout's score from its environment's ``get_reward()`` (run in the environment's process,
+    ``agents/env_runner.py``): None where the environment has no ``get_reward``, its reset failed or
+    ``get_reward`` raised. A ``get_reward`` past ``agent.tool_timeout_s`` leaves the batch unscored as a
+    part past its time limit does (``reward.on_timeout``, ``reward.max_timeouts_in_a_row``); one that
+    returns no number fails the run. Also logs the episodes' turns and tool calls by name."""
+    if not environments:
+        return [None] * len(completions)
+    from grpo_exp.agents.env_runner import TURNS, RewardHung
+
+    try:
+        scores = [env._reward() if env._owns_reward else None for env in environments]
+    except RewardHung as exc:
+        raise Expired(str(exc)) from None
+    if log_metric is not None:
+        log_metric(TURNS, sum(_turns(c) for c in completions) / len(completions))
+        for key, value in environments[0]._runner.take_metrics(len(environments)).items():
+            log_metric(key, value)
+    return scores
+
+
+def _turns(completion: Messages | str) -> int:
+    """The model's turns in an episode (one without tool calls is a single turn)."""
+    if isinstance(completion, str):
+        return 1
+    return sum(1 for message in completion if message.get("role") == "assistant")
 
 
 @register("tool_call", ceiling=1.0, messages=True)

@@ -32,6 +32,8 @@ EVAL_REWARD = EVAL_PREFIX + "reward"
 EDGE_FRACTION = 0.1
 # What TRL logs for an agent: tool calls per rollout, and the share of calls that raised or timed out.
 TOOL_CALLS = "tools/call_frequency"
+EPISODE_TURNS = "episodes/turns"  # an environment's model turns per episode (agents/env_runner.py)
+EPISODE_CALLS = "episodes/tool_calls/"  # + a tool's name: its calls per episode
 TOOL_FAILURES = "tools/failure_frequency"
 # What TRL logs when vLLM generates (with grpo.vllm_importance_sampling_correction, the default): the ratio
 # of the trained policy's probability to vLLM's, per step its min/mean/max, and the per-token log-prob gap.
@@ -174,16 +176,22 @@ def summarize(logged: list[dict[str, Any]], kl_threshold: float) -> dict[str, An
     }
 
 
-def _tool_use(rows: list[dict[str, Any]], edge: int) -> dict[str, float | None]:
+def _tool_use(rows: list[dict[str, Any]], edge: int) -> dict[str, Any]:
     """An agent's tool calls per rollout and the share that failed, over the last tenth of steps (TRL's
-    ``tools/call_frequency`` and ``tools/failure_frequency``); nothing for a job without tools."""
+    ``tools/call_frequency`` and ``tools/failure_frequency``), and for an environment's episodes their
+    turns and each tool's calls per episode; nothing for a job without tools."""
     calls = _series(rows, TOOL_CALLS)
     if not calls:
         return {}
-    return {
+    use: dict[str, Any] = {
         "tool_call_frequency": _mean(calls[-edge:]),
         "tool_failure_frequency": _mean(_series(rows, TOOL_FAILURES)[-edge:]),
     }
+    if turns := _series(rows, EPISODE_TURNS):  # an environment's episodes (agents/env_runner.py)
+        names = sorted({k[len(EPISODE_CALLS) :] for row in rows for k in row if k.startswith(EPISODE_CALLS)})
+        use["episode_turns"] = _mean(turns[-edge:])
+        use["episode_tool_calls"] = {n: _mean(_series(rows, EPISODE_CALLS + n)[-edge:]) for n in names}
+    return use
 
 
 def _sampling_mismatch(rows: list[dict[str, Any]]) -> dict[str, float | None]:

@@ -75,8 +75,7 @@ def train(spec: JobSpec, folder: JobFolder, identity: RunIdentity, point: Resume
                 raise full from exc
             raise
         finally:
-            if spec.tool_runner is not None:  # with every process a tool left behind
-                spec.tool_runner.close()
+            spec.close_helpers()  # with every process a tool or an environment left behind
             summary = records.close()
             trackers.close(summary)
         if stop.signum is not None:

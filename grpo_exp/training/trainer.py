@@ -117,7 +117,7 @@ def build_trainer(
         torch.set_num_threads(settings.threads)
     path = models.model_path(settings.model)
     tokenizer = models.load_tokenizer(settings.model, path)
-    prompts, held_out = dataset.load_splits(settings.dataset, tokenizer, spec.tools)
+    prompts, held_out = dataset.load_splits(settings.dataset, tokenizer, spec.tools + spec.environments.tools())
     args = grpo_config(
         settings,
         spec.layout,
@@ -140,6 +140,7 @@ def build_trainer(
             eval_dataset=held_out,
             peft_config=models.lora_config(settings.model),
             tools=list(spec.tools) or None,
+            environment_factory=spec.environments.factory,  # None without one: TRL's single-turn or tools path
             callbacks=[
                 JobCallback(folder, monitor, finish=stage.final, layout=spec.layout),
                 CheckpointSeal(monitor),
