@@ -80,7 +80,8 @@ MAY_IMPORT = {
     "spec": {"config", "tracking", *DOMAIN},
     "memory": {"config", "spec", *DOMAIN},  # plans a spec's memory; reads the tiny model's recipe
     # the monitor reads the solved shares the rewards log (rewards/solved.py); held_out.py names the curriculum level
-    "tracking": {"config", "rewards", "tasks"},
+    # and the episode metrics' names are the environments' (agents/env_runner.py)
+    "tracking": {"config", "rewards", "tasks", "agents"},
     "training": {"config", "spec", "memory", "tracking", *DOMAIN},  # a job writes its memory plan when it starts
     "report": {"config", "tracking"},
     "dashboard": {"config", "tracking"},

@@ -38,14 +38,14 @@ from grpo_exp.config.schema import AgentSettings
 from grpo_exp.errors import UserError
 from grpo_exp.helper_process import Handler, Helper, HelperGone, Unavailable
 from grpo_exp.helper_process import serve as serve_requests
-from grpo_exp.tracking.metrics import EPISODE_CALLS, EPISODE_TURNS
 
 log = logging.getLogger("grpo_exp.agents")
 
 RESET_FAILED = "environments/reset_failure_frequency"  # share of a batch's resets that raised or hung
 REWARD_FAILED = "environments/reward_failure_frequency"  # share of get_reward calls that raised or hung
-CALLS = EPISODE_CALLS + "{name}"  # mean calls of one tool per episode
-TURNS = EPISODE_TURNS  # mean assistant turns per episode
+TURNS = "episodes/turns"  # mean assistant turns per episode
+CALLS_PREFIX = "episodes/tool_calls/"  # + a tool's name: its mean calls per episode
+CALLS = CALLS_PREFIX + "{name}"
 
 
 class RewardHung(Exception):

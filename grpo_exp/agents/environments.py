@@ -20,12 +20,14 @@ import types
 import typing
 from typing import Any
 
+from grpo_exp.agents.store import SupportStore
 from grpo_exp.agents.tools import check_tool
 from grpo_exp.errors import UserError
 from grpo_exp.registry import Registry
 from grpo_exp.user_code import is_user_spec, load_class
 
 ENVIRONMENTS: Registry[type] = Registry("environment", hint=" (or give your own as path/to/file.py:Class)")
+ENVIRONMENTS.register("support_store")(SupportStore)
 RESERVED = ("reset", "get_reward")  # methods TRL calls itself; every other public method is a tool
 
 
@@ -33,8 +35,6 @@ def resolve_environment(spec: str) -> type:
     """The class ``spec`` names: a registered environment, or the user's class."""
     if is_user_spec(spec):
         return load_class(spec, "environment")
-    import grpo_exp.agents.store  # noqa: F401  # registers the shipped environments
-
     return ENVIRONMENTS.get(spec)
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpo_exp.agents.environments import ENVIRONMENTS
 from grpo_exp.agents.tools import order_table
 
 NOT_SHIPPED = "待发货"
@@ -33,7 +32,6 @@ def right_action(status: str, want: str) -> str:
     return "escalate"
 
 
-@ENVIRONMENTS.register("support_store")
 class SupportStore:
     """An online store's order desk: look orders up, then refund, replace or escalate them."""
 

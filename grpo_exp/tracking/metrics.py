@@ -32,8 +32,6 @@ EVAL_REWARD = EVAL_PREFIX + "reward"
 EDGE_FRACTION = 0.1
 # What TRL logs for an agent: tool calls per rollout, and the share of calls that raised or timed out.
 TOOL_CALLS = "tools/call_frequency"
-EPISODE_TURNS = "episodes/turns"  # an environment's model turns per episode (agents/env_runner.py)
-EPISODE_CALLS = "episodes/tool_calls/"  # + a tool's name: its calls per episode
 TOOL_FAILURES = "tools/failure_frequency"
 # What TRL logs when vLLM generates (with grpo.vllm_importance_sampling_correction, the default): the ratio
 # of the trained policy's probability to vLLM's, per step its min/mean/max, and the per-token log-prob gap.
@@ -187,10 +185,12 @@ def _tool_use(rows: list[dict[str, Any]], edge: int) -> dict[str, Any]:
         "tool_call_frequency": _mean(calls[-edge:]),
         "tool_failure_frequency": _mean(_series(rows, TOOL_FAILURES)[-edge:]),
     }
-    if turns := _series(rows, EPISODE_TURNS):  # an environment's episodes (agents/env_runner.py)
-        names = sorted({k[len(EPISODE_CALLS) :] for row in rows for k in row if k.startswith(EPISODE_CALLS)})
+    from grpo_exp.agents.env_runner import CALLS_PREFIX, TURNS  # the names an environment's episodes log
+
+    if turns := _series(rows, TURNS):
+        names = sorted({k[len(CALLS_PREFIX) :] for row in rows for k in row if k.startswith(CALLS_PREFIX)})
         use["episode_turns"] = _mean(turns[-edge:])
-        use["episode_tool_calls"] = {n: _mean(_series(rows, EPISODE_CALLS + n)[-edge:]) for n in names}
+        use["episode_tool_calls"] = {n: _mean(_series(rows, CALLS_PREFIX + n)[-edge:]) for n in names}
     return use
 
 
