@@ -277,7 +277,7 @@ def test_a_curriculum_job_is_scored_at_the_level_it_reached_and_given_task_setti
     assert harder.level == 2 and harder.settings.dataset.task_settings["max_terms"] == 5
     assert harder.settings.dataset.task_settings["max_digits"] == expected.max_digits
     assert scoring_of(curriculum_job, "dataset.curriculum.start_level=0").level == 0  # told otherwise
-    with pytest.raises(UserError, match=r"dataset\.task_settings for chain_sum refused"):
+    with pytest.raises(UserError, match=r"dataset\.task_settings\.min_terms=9: chain_sum refused"):
         evaluate.evaluate(curriculum_job, ["+dataset.task_settings.min_terms=9"])  # above level 2's max_terms
 
     record = evaluate.evaluate(curriculum_job, ["dataset.eval_samples=2"])
