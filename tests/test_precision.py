@@ -472,3 +472,23 @@ def test_the_model_loads_with_the_layouts_attention(settings, monkeypatch):
     models.load_model(settings().model, "unused", decide(settings(), H200))
     models.load_model(settings().model, "unused", decide(settings(), CPU_ONLY))
     assert seen[0]["attn_implementation"] == "eager" and "attn_implementation" not in seen[1]
+
+
+def test_an_sdpa_model_on_a_gpu_trains_without_cudnns_attention_kernel(settings, monkeypatch):
+    """Issue 59: cuDNN's attention backward returns NaN for left-padded rows at some widths (pytorch#196678);
+    a GPU job whose model uses SDPA turns that kernel off, the embedded model's eager attention and the CPU
+    leave it alone."""
+    import torch
+    import transformers
+
+    from grpo_exp import models
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda path, **kwargs: kwargs)
+    turned_off = []
+    monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", turned_off.append)
+    for model, machine in ((settings().model, H200), (settings(QWEN).model, CPU_ONLY)):
+        models.load_model(model, "unused", decide(settings(), machine))  # eager on the GPU; the CPU
+    assert turned_off == []
+    models.load_model(settings(QWEN).model, "unused", decide(settings(QWEN), H200))
+    models.load_model(settings(QWEN).model, "unused", decide(settings(QWEN, "model.attn_implementation=sdpa"), A100))
+    assert turned_off == [False, False]

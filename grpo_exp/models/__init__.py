@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from grpo_exp.config.attention import keep_cudnn_attention_off
 from grpo_exp.config.schema import ModelSettings
 from grpo_exp.errors import UserError
 from grpo_exp.registry import Registry
@@ -131,6 +132,8 @@ def load_model(model: ModelSettings, path: str, layout: Layout | None = None) ->
     attention = layout.attention if layout is not None else model.attn_implementation
     if attention:
         kwargs["attn_implementation"] = attention
+    if layout is not None:
+        keep_cudnn_attention_off(layout.gpu, attention)
     if model.quantization.load_in_4bit:
         from transformers import BitsAndBytesConfig
 
