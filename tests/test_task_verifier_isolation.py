@@ -87,6 +87,23 @@ def test_a_right_answer_scores_one_and_a_wrong_one_zero():
     assert got == [1.0] * 8 + [0.0]
 
 
+def test_the_same_answer_to_the_same_problem_is_verified_once_and_shared(monkeypatch):
+    """A group's completions often agree: one fork per distinct (problem, answer), its verdict to each."""
+    first, second = draw("chain_sum", {}, seed=0, count=2, region=Region(0.0, held_out=False))
+    right, wrong = first["answer"], str(int(first["answer"]) + 1)
+    shared = shared_verifier("auto")
+    asked: list[list[dict]] = []
+    ask = shared._ask
+    monkeypatch.setattr(shared, "_ask", lambda items, timeout_s: asked.append(items) or ask(items, timeout_s))
+    got = shared.score([first, first, first, first, second], [right, right, wrong, right, right], LIMIT_S)
+    assert got == [1.0, 1.0, 0.0, 1.0, float(right == second["answer"])]
+    assert [(item["entry"]["question"], item["answer"]) for item in asked[0]] == [
+        (first["question"], right),
+        (first["question"], wrong),
+        (second["question"], right),
+    ]
+
+
 def test_the_eval_and_parse_expr_tasks_still_score_their_own_answers(queens, integral):
     assert scores(queens, [queens["answer"]]) == [1.0]
     assert scores(integral, [integral["answer"], "x"]) == [1.0, 0.0]

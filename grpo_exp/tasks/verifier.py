@@ -40,6 +40,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import json
 import logging
 import math
 import os
@@ -93,8 +94,18 @@ class Verifier:
         return self.helper.restarts
 
     def score(self, problems: Sequence[dict[str, Any]], answers: Sequence[str | None], timeout_s: float) -> list[float]:
-        """Each answer's verdict from its problem's task (0.0 where verifying failed or outlived ``timeout_s``)."""
-        items = [{"entry": p, "answer": a} for p, a in zip(problems, answers, strict=True)]
+        """Each answer's verdict from its problem's task (0.0 where verifying failed or outlived ``timeout_s``).
+
+        A group's completions often give the same answer to the same problem: each distinct pair is verified
+        once (a fork each), and its verdict goes to every completion that gave it. A verifier is a function of
+        the problem and the answer, and each runs in a fresh process, so sharing a verdict changes no score."""
+        pairs = [(json.dumps(p, sort_keys=True), a) for p, a in zip(problems, answers, strict=True)]
+        distinct = list(dict.fromkeys(pairs))
+        verdicts = self._score_distinct([{"entry": json.loads(e), "answer": a} for e, a in distinct], timeout_s)
+        verdict_of = dict(zip(distinct, verdicts, strict=True))
+        return [verdict_of[pair] for pair in pairs]
+
+    def _score_distinct(self, items: list[dict[str, Any]], timeout_s: float) -> list[float]:
         if not items:
             return []
         try:
@@ -113,7 +124,7 @@ class Verifier:
         if failed:
             self.failures += failed
             log.warning(
-                "%s: %d of %d answers scored 0.0 without a verdict (exited, ran past timeout_s=%g s or were "
+                "%s: %d of %d distinct answers scored 0.0 without a verdict (exited, ran past timeout_s=%g s or were "
                 "stopped for touching what verifying never does)",
                 NAME,
                 failed,
