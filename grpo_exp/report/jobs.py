@@ -30,7 +30,7 @@ from grpo_exp.folder import (
     read_rows,
     read_yaml,
 )
-from grpo_exp.report.episodes import environment_part, episode_figures
+from grpo_exp.tracking.episodes import environment_part, episode_figures
 from grpo_exp.tracking.metrics import EVAL_PREFIX, EVAL_REWARD, eval_rows, summarize, summarize_eval, training_rows
 from grpo_exp.tracking.wandb_run import SEED_KEY
 
