@@ -46,8 +46,11 @@ def write_job(
     extra_config: str = "",
     torn_tail: bool = False,
     eval_rewards: dict[int, float] | None = None,
+    logged: dict[str, float] | None = None,
+    eval_logged: dict[int, dict[str, float]] | None = None,
 ) -> Path:
-    """A job folder as a job leaves it; ``status=None`` leaves out summary.json (a killed job)."""
+    """A job folder as a job leaves it; ``status=None`` leaves out summary.json (a killed job). ``logged``: more
+    metrics on every training step; ``eval_logged``: more on the evaluation at each step."""
     job = root / name
     (job / ".hydra").mkdir(parents=True)
     (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
@@ -60,8 +63,11 @@ def write_job(
         row = {"step": i, "reward": reward, "reward_std": std, "frac_reward_zero_std": 0.1, "loss": 0.0}
         if kls is not None:
             row["kl"] = kls[i - 1]
-        rows.append(row)
-    evaluations = [{"step": k, "eval/reward": v, "eval/reward_std": 0.2} for k, v in (eval_rewards or {}).items()]
+        rows.append(row | (logged or {}))
+    evaluations = [
+        {"step": k, "eval/reward": v, "eval/reward_std": 0.2} | (eval_logged or {}).get(k, {})
+        for k, v in (eval_rewards or {}).items()
+    ]
     lines = [json.dumps(r) for r in sorted(rows + evaluations, key=lambda r: r["step"])]
     lines += [json.dumps({"step": len(rows), "train_runtime": 9.0})] if status else []
     text = "\n".join(lines) + "\n" + ('{"step": 99, "rew' if torn_tail else "")
@@ -505,3 +511,69 @@ def test_the_verdict_is_printed_on_the_console_when_a_sweep_ends(tmp_path, capsy
     printed = capsys.readouterr().out
     assert "## Verdict" in printed and "- **Stability**" in printed and "`optimizer.lr=0.001`" in printed
     assert "## Results" not in printed  # the tables stay in the file
+
+
+# An agent in an environment (+recipe=support_env): its state part is named `state`, beside a format part.
+ENVIRONMENT_CONFIG = "reward:\n  parts:\n    form:\n      fn: format\n    state:\n      fn: environment_state\n"
+TOOLS = {"tools/call_frequency": 1.5, "tools/failure_frequency": 0.0}
+EPISODES = TOOLS | {"episodes/turns": 2.5}
+CALLS = {"episodes/tool_calls/lookup_order": 1.0, "episodes/tool_calls/refund": 0.5}
+HELD_OUT_PARTS = {
+    0: {"eval/rewards/state/mean": 0.125, "eval/rewards/form/mean": 0.9},
+    STEPS: {"eval/rewards/state/mean": 0.625},
+}
+EPISODE_HEADERS = (
+    "| held-out episode success, base | held-out episode success, final | turns per episode "
+    "| lookup_order calls per episode | refund calls per episode | steps |"
+)
+
+
+def write_agent_job(root: Path, name: str, overrides: list[str], **kwargs) -> Path:
+    return write_job(
+        root,
+        name,
+        overrides,
+        ramp(0.6),
+        extra_config=ENVIRONMENT_CONFIG,
+        logged=EPISODES | CALLS,
+        eval_logged=HELD_OUT_PARTS,
+        **kwargs,
+    )
+
+
+def test_a_job_with_an_environment_gets_episode_columns_and_one_without_empty_cells(tmp_path):
+    """Held-out success is the environment part's held-out mean (not the eval reward, not another part's), before
+    the first step and at the last evaluation; turns and each tool's calls per episode come from the training steps."""
+    write_agent_job(tmp_path, "0", ["+tag=a"], eval_rewards={0: 0.5, STEPS: 0.7})
+    write_job(tmp_path, "1", ["+tag=b"], ramp(0.5), eval_rewards={0: 0.4, STEPS: 0.9})
+    report = write_report(tmp_path, plots=False)
+    assert EPISODE_HEADERS in report.read_text()
+    rows = {row["job"]: row for row in read_csv(report)}
+    keys = ("base_episode_success", "final_episode_success", "episode_turns")
+    calls = ("episode_tool_calls/lookup_order", "episode_tool_calls/refund")
+    assert [float(rows["0"][key]) for key in (*keys, *calls)] == [0.125, 0.625, 2.5, 1.0, 0.5]
+    assert all(rows["1"][key] == "" for key in (*keys, *calls))
+    assert [row["job"] for row in read_csv(report)] == ["1", "0"]  # on the held-out reward
+    ranked = write_report(tmp_path, objective="final_episode_success", plots=False)
+    assert [row["job"] for row in read_csv(ranked)] == ["0", "1"]  # on success; a job without episodes ranks last
+
+    plain = tmp_path / "plain"  # tools but no environment: a job of +recipe=support_agent
+    write_job(plain, "0", ["+tag=a"], ramp(0.5), eval_rewards={0: 0.4, STEPS: 0.5}, logged=TOOLS)
+    write_job(plain, "1", ["+tag=b"], ramp(0.6), eval_rewards={0: 0.4, STEPS: 0.6}, logged=TOOLS)
+    text = write_report(plain, plots=False).read_text()
+    assert "| tool calls per rollout |" in text and "episode" not in text
+    assert not [key for key in read_csv(plain / "report" / "report.md")[0] if "episode" in key]
+
+
+def test_a_final_evaluation_that_scored_nan_shows_no_final_episode_success(tmp_path):
+    """A job whose last evaluation scored NaN has no final score (issue 60): no final episode success either, though
+    its state part's last held-out mean is a number; its base success stands."""
+    write_agent_job(tmp_path, "0", ["+tag=a"], eval_rewards={0: 0.5, 10: 0.6, STEPS: float("nan")})
+    write_agent_job(tmp_path, "1", ["+tag=b"], eval_rewards={0: 0.5, STEPS: 0.7})
+    rows = {row["job"]: row for row in read_csv(write_report(tmp_path, plots=False))}
+    assert (rows["0"]["status"], rows["0"]["base_episode_success"], rows["0"]["final_episode_success"]) == (
+        "failed",
+        "0.125",
+        "",
+    )
+    assert rows["1"]["final_episode_success"] == "0.625"

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,8 @@ from grpo_exp.agents.store import SupportStore, right_action
 from grpo_exp.config.schema import AgentSettings, OnTimeout, RewardPart, RewardSettings
 from grpo_exp.errors import UserError
 from grpo_exp.rewards.compose import build_rewards, check_answered
-from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics
+from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics, summarize
+from grpo_exp.tracking.outcome import format_outcome
 from tests.conftest import ROOT
 from tests.test_train_e2e import run_training
 
@@ -315,6 +317,17 @@ def test_the_state_part_logs_turns_and_tool_calls_by_name(envs):
     completions = [[{"role": "assistant", "content": "", "tool_calls": []}, {"role": "assistant", "content": "x"}]] * 2
     part(["p", "p"], completions, environments=[first, second], log_metric=logged.__setitem__, trainer_state=None)
     assert logged[TURNS] == 2.0 and logged[CALLS.format(name="add")] == 1.0
+
+
+def test_a_jobs_episodes_reach_its_summary_and_end_block():
+    """Turns and each tool's calls per episode, over the last tenth of steps, as the job's last lines show them."""
+    steps = [{"step": s, "reward": 0.5, "tools/call_frequency": 1.0, "tools/failure_frequency": 0.0} for s in (1, 2)]
+    episodes = {TURNS: 2.5, CALLS.format(name="lookup_order"): 1.0, CALLS.format(name="refund"): 0.25}
+    summary = summarize([*steps[:1], steps[1] | episodes], kl_threshold=0.1) | {"status": "completed"}
+    assert summary["episode_turns"] == 2.5 and summary["episode_tool_calls"] == {"lookup_order": 1.0, "refund": 0.25}
+    block = format_outcome(summary, Path("job"), None)
+    assert "  episodes  2.50 turns; calls lookup_order 1.00, refund 0.25 per episode (last tenth of steps)" in block
+    assert "episodes" not in format_outcome(summarize(steps, kl_threshold=0.1), Path("job"), None)  # tools only
 
 
 # -- through TRL ----------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from grpo_exp.folder import INTERVALS_CSV, REPORT_DIR, report_dir
 from grpo_exp.report import seed_verdict
 from grpo_exp.report.casualties import casualties
 from grpo_exp.report.decision import Decision
+from grpo_exp.report.episodes import episode_columns
 from grpo_exp.report.halving import halving_section
 from grpo_exp.report.jobs import JobRecord
 from grpo_exp.report.stability import HIGHEST_KL, Stability, describe, median_max_kl, rank_stability
@@ -263,8 +264,7 @@ def markdown(sweep: Sweep, images: list[tuple[str, str]], notes: list[str], deci
 
 
 def _results_table(sweep: Sweep, decision: Decision | None = None) -> list[str]:
-    columns = [c for c in RESULT_COLUMNS if c[0] in _result_keys(sweep)]
-    columns += [(k, k, "{:.4g}") for k in _result_keys(sweep) if k not in {c[0] for c in RESULT_COLUMNS}]
+    columns = _result_columns(sweep)
     thresholds = {job.kl_threshold for job in sweep.jobs}
     headers = ["job", *sweep.swept, "status", *(h for _, h, _ in columns), "error"]
     if len(thresholds) == 1:
@@ -329,10 +329,19 @@ def _notes(sweep: Sweep) -> list[str]:
     return notes
 
 
-def _result_keys(sweep: Sweep) -> list[str]:
+def _result_columns(sweep: Sweep) -> list[tuple[str, str, str]]:
+    """(key, header, format) of the table's result columns: the fixed ones a job filled, an environment's episode
+    columns before the steps and wall time, and the objective at the end when it is none of those."""
     filled = {key for key in OPTIONAL_COLUMNS if any(job.value(key) is not None for job in sweep.jobs)}
-    keys = [key for key, _, _ in RESULT_COLUMNS if key in filled or key not in OPTIONAL_COLUMNS]
-    return keys if sweep.objective in keys else [*keys, sweep.objective]
+    fixed = [column for column in RESULT_COLUMNS if column[0] in filled or column[0] not in OPTIONAL_COLUMNS]
+    split = [key for key, _, _ in fixed].index("steps")  # what the jobs did, then how long they ran
+    columns = [*fixed[:split], *episode_columns(sweep.jobs), *fixed[split:]]
+    known = any(key == sweep.objective for key, _, _ in columns)
+    return columns if known else [*columns, (sweep.objective, sweep.objective, "{:.4g}")]
+
+
+def _result_keys(sweep: Sweep) -> list[str]:
+    return [key for key, _, _ in _result_columns(sweep)]
 
 
 def _fmt(value: float | None, spec: str) -> str:

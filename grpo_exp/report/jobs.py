@@ -30,6 +30,7 @@ from grpo_exp.folder import (
     read_rows,
     read_yaml,
 )
+from grpo_exp.tracking.episodes import environment_part, episode_figures
 from grpo_exp.tracking.metrics import EVAL_PREFIX, EVAL_REWARD, eval_rows, summarize, summarize_eval, training_rows
 from grpo_exp.tracking.wandb_run import SEED_KEY
 
@@ -166,6 +167,7 @@ def load_job(path: Path) -> JobRecord:
         if status == COMPLETED:
             status = FAILED
             error = f"its final evaluation (step {evaluations[-1].get('step')}) scored NaN"
+    stats |= episode_figures(stats, environment_part(config))  # an environment's episodes, as flat columns
     return JobRecord(
         name=path.name,
         path=path,

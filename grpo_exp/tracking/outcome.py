@@ -10,7 +10,7 @@ PASS, MEAN = "pass@", "mean@"
 
 
 def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | None) -> str:
-    """A few aligned lines from ``summary.json``: status, steps, reward, KL, alerts, folder, W&B."""
+    """A few aligned lines from ``summary.json``: status, steps, reward, KL, tools, episodes, alerts, folder, W&B."""
     rows = [("status", summary.get("status", "?")), ("steps", _steps(summary))]
     if summary.get("first_reward") is not None:
         rows.append(
@@ -40,6 +40,8 @@ def format_outcome(summary: dict[str, Any], job_dir: Path, wandb_hint: str | Non
                 f"{summary['tool_failure_frequency']:.0%} of them failed (last tenth of steps)",
             )
         )
+    if summary.get("episode_turns") is not None:  # an environment's episodes (agents/env_runner.py)
+        rows.append(("episodes", _episodes(summary)))
     alerts = summary.get("alerts") or []
     rows.append(("alerts", ", ".join(f"{a['kind']} (step {a['step']})" for a in alerts) or "none"))
     for r in summary.get("rollbacks") or []:  # monitor.on_collapse=rollback
@@ -60,6 +62,13 @@ def _held_out(summary: dict[str, Any]) -> str:
         return f"{base:.3f} -> {final} (held-out reward, base model -> after training; {count} evaluations)"
     first = _number(summary.get("first_eval_reward"))
     return f"{first} -> {final} (held-out reward, first -> last of {count} evaluations)"
+
+
+def _episodes(summary: dict[str, Any]) -> str:
+    """Turns per episode and each tool's calls per episode, by name, over the last tenth of steps."""
+    calls = [f"{tool} {n:.2f}" for tool, n in (summary.get("episode_tool_calls") or {}).items() if n is not None]
+    by_tool = f"; calls {', '.join(calls)}" if calls else "; no tool called"
+    return f"{summary['episode_turns']:.2f} turns{by_tool} per episode (last tenth of steps)"
 
 
 def _number(value: float | None) -> str:
