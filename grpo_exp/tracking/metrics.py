@@ -186,11 +186,12 @@ def _tool_use(rows: list[dict[str, Any]], edge: int) -> dict[str, Any]:
         "tool_failure_frequency": _mean(_series(rows, TOOL_FAILURES)[-edge:]),
     }
     from grpo_exp.agents.env_runner import CALLS_PREFIX, TURNS  # the names an environment's episodes log
+    from grpo_exp.tracking import episodes
 
     if turns := _series(rows, TURNS):
         names = sorted({k[len(CALLS_PREFIX) :] for row in rows for k in row if k.startswith(CALLS_PREFIX)})
-        use["episode_turns"] = _mean(turns[-edge:])
-        use["episode_tool_calls"] = {n: _mean(_series(rows, CALLS_PREFIX + n)[-edge:]) for n in names}
+        use[episodes.TURNS] = _mean(turns[-edge:])
+        use[episodes.CALLS] = {n: _mean(_series(rows, CALLS_PREFIX + n)[-edge:]) for n in names}
     return use
 
 
