@@ -67,6 +67,7 @@ def test_shipped_sets_are_listed():
         "customer_service",
         "gsm8k_sample",
         "support_agent",
+        "support_env",
     ]
 
 

@@ -19,9 +19,12 @@ from grpo_exp.rewards.registry import register
 
 Messages = Sequence[Mapping[str, Any]]
 ENVIRONMENT_PART = "environment_state"  # the part that reads an environment's get_reward
+# What an episode that did everything right scores, by convention (the shipped store's get_reward gives 1.0);
+# an environment that scores on another scale says so with the part's own ``ceiling`` in reward.parts.
+ENVIRONMENT_CEILING = 1.0
 
 
-@register(ENVIRONMENT_PART, messages=True)
+@register(ENVIRONMENT_PART, ceiling=ENVIRONMENT_CEILING, messages=True)
 def environment_state(
     completions: list[Messages], *, environments: Sequence[Any] | None = None, log_metric: Any = None, **_: Any
 ) -> list[float | None]:
