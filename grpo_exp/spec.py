@@ -7,8 +7,8 @@ A composed config becomes a spec in five steps, each once:
 2. derive: the batch that holds whole groups on the launch's processes;
 3. resolve: the model source (path and cache key), the data's columns;
 4. build: the reward functions, whose columns are checked against the data's, and the agent's tools
-   and environments; then whether the embedded model can give the replies the reward scores (``reply_format``), after
-   the checks of the keys the user typed, so that those are named first;
+   and environments; then whether the embedded model can give the replies the reward scores
+   (``reply_format``), after the checks of the keys the user typed, so that those are named first;
 5. decide: the layout (device, precision, processes), from torch, and what it rules out. Last, so
    a bad config is refused before torch is imported; ``check_config`` (``--cfg job``) stops before it.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_exp import dataset, hardware, models
-from grpo_exp.agents.env_runner import EnvironmentSet, build_environments
+from grpo_exp.agents.env_runner import EnvironmentRunner, EnvironmentSet, build_environments
 from grpo_exp.agents.runner import ToolRunner, Toolset, build_tools
 from grpo_exp.agents.tools import Tool
 from grpo_exp.config import batch, checks, layout
@@ -54,9 +54,7 @@ class JobSpec:
 
     def close_helpers(self) -> None:
         """End the helper processes the tools and environments run in (with all they started)."""
-        for runner in (self.tool_runner, self.environments.runner):
-            if runner is not None:
-                runner.close()
+        _close(self.tool_runner, self.environments.runner)
 
 
 def build_spec(settings: ExperimentConfig) -> JobSpec:
@@ -82,7 +80,11 @@ def check_config(settings: ExperimentConfig) -> None:
     """Every check of ``build_spec`` that needs no torch (steps 1-4): what ``--cfg job`` runs, so it
     refuses what a run would refuse without asking the machine anything."""
     built = _build_config(settings)
-    for runner in (built.toolset.runner, built.environments.runner):
+    _close(built.toolset.runner, built.environments.runner)
+
+
+def _close(*runners: ToolRunner | EnvironmentRunner | None) -> None:
+    for runner in runners:
         if runner is not None:
             runner.close()
 

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo_exp.agents.environments import check_environment, resolve_environment, tool_methods
-from grpo_exp.agents.runner import ToolFailed, capped, describe, run_call
+from grpo_exp.agents.runner import CallHung, ToolFailed, ask_helper, capped, describe, run_call
 from grpo_exp.config.schema import AgentSettings
 from grpo_exp.errors import UserError
-from grpo_exp.helper_process import Handler, Helper, HelperGone, Unavailable
+from grpo_exp.helper_process import Handler, Helper, Unavailable
 from grpo_exp.helper_process import serve as serve_requests
 
 log = logging.getLogger("grpo_exp.agents")
@@ -193,9 +193,9 @@ class EnvironmentRunner:
         try:
             self._check_alive(env_id)
             answer = self._ask({"op": "reward", "env": env_id})
+        except CallHung as exc:
+            raise RewardHung(str(exc)) from None
         except ToolFailed as exc:
-            if "gave no result" in str(exc):
-                raise RewardHung(str(exc)) from None
             answer = {"error": str(exc)}
         if "not_number" in answer:
             raise UserError(
@@ -236,14 +236,7 @@ class EnvironmentRunner:
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
         what = request.get("method") or ("get_reward" if request["op"] == "reward" else request["op"])
-        try:
-            return self.helper.ask(request, self.timeout_s or None)
-        except HelperGone as gone:
-            if gone.exit_code is None:
-                raise ToolFailed(f"{what} gave no result within {self.timeout_s:g} s") from None
-            raise ToolFailed(f"{what} ended its process (exit code {gone.exit_code})") from None
-        except (TypeError, ValueError) as exc:  # what JSON can't carry (nothing was sent)
-            raise ToolFailed(f"{what} was called with arguments that aren't JSON: {exc}") from None
+        return ask_helper(self.helper, request, what, self.timeout_s)
 
     def _warn_once(self, kind: str, message: str) -> None:
         if kind not in self._warned:

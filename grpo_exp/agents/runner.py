@@ -46,6 +46,23 @@ class ToolFailed(RuntimeError):
     """A call that raised, outlived its time limit or gave no text; the message is what the model reads."""
 
 
+class CallHung(ToolFailed):
+    """A call that outlived its time limit: the helper was killed, and everything living in it with it."""
+
+
+def ask_helper(helper: Helper, request: dict[str, Any], what: str, timeout_s: float) -> dict[str, Any]:
+    """The helper's answer to ``request`` (a call of ``what``); ``ToolFailed`` with what the model should read
+    when the call hung (``CallHung``), ended the process, or had arguments JSON can't carry."""
+    try:
+        return helper.ask(request, timeout_s or None)
+    except HelperGone as gone:
+        if gone.exit_code is None:
+            raise CallHung(f"{what} gave no result within {timeout_s:g} s") from None
+        raise ToolFailed(f"{what} ended its process (exit code {gone.exit_code})") from None
+    except (TypeError, ValueError) as exc:  # arguments JSON can't carry (nothing was sent)
+        raise ToolFailed(f"{what} was called with arguments that aren't JSON: {exc}") from None
+
+
 @dataclass(frozen=True)
 class Toolset:
     """The job's tools as TRL takes them, and the helper process their calls run in (None: no tools)."""
@@ -100,13 +117,7 @@ class ToolRunner:
     def call(self, name: str, arguments: dict[str, Any]) -> str:
         """The tool's reply (cut to the cap, with the marker); ``ToolFailed`` with what the model should read."""
         try:
-            answer = self.helper.ask({"tool": name, "arguments": arguments}, self.timeout_s or None)
-        except HelperGone as gone:
-            if gone.exit_code is None:
-                raise ToolFailed(f"{name} gave no result within {self.timeout_s:g} s") from None
-            raise ToolFailed(f"{name} ended its process (exit code {gone.exit_code})") from None
-        except (TypeError, ValueError) as exc:  # arguments JSON can't carry (nothing was sent)
-            raise ToolFailed(f"{name} was called with arguments that aren't JSON: {exc}") from None
+            answer = ask_helper(self.helper, {"tool": name, "arguments": arguments}, name, self.timeout_s)
         finally:
             with self._counts:
                 self._calls += 1
