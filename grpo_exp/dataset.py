@@ -232,7 +232,8 @@ def load_splits(
             dataset.select([i for i, h in enumerate(held) if h == side]).remove_columns(HELD_OUT_COLUMN)
             for side in (False, True)
         )
-        log.info("%d training and %d held-out problems (%s)", len(train), len(held_out), data.task)
+        source = f"task {data.task}" if data.task else f"the {HELD_OUT_COLUMN} column"
+        log.info("%d training and %d held-out problems (%s)", len(train), len(held_out), source)
         return train, held_out if len(held_out) else None
     if data.eval_path:
         own = dataclasses.replace(data, num_samples=None)

@@ -26,6 +26,9 @@ QUICK_TASK_MODEL = (
     "model.recipe.sft_steps=30",
     "model.recipe.habit_steps=0",
 )
+# The store agent's model (+recipe=support_env) with a short warm-up, for runs that check an environment's
+# plumbing; built once into the cache.
+QUICK_STORE_MODEL = ("model.recipe.corpus_size=300", "model.recipe.sft_steps=30")
 
 # Under pytest-xdist (make test) the workers share the cores: each worker, and every run.py it
 # starts, gets its share of torch threads. Left at torch's default, two workers each ran a thread

@@ -285,19 +285,20 @@ def test_the_warm_up_lays_out_a_rollout_as_trl_does():
 
     corpus = warmup.build_corpus(TinyRecipe(scenarios={"support_agent": 1.0}, corpus_size=100, tool_share=1.0))
     tokenizer = tiny.train_tokenizer(corpus, 1000)
-    example = next(ex for ex in corpus if ex.call is not None)
-    tool_message = {"role": "tool", "name": "lookup_order", "content": example.tool_reply}
+    example = next(ex for ex in corpus if ex.turns)
+    (call, reply), = example.turns
+    tool_message = {"role": "tool", "name": "lookup_order", "content": reply}
     suffix = suffix_framer(tokenizer)([tool_message])
-    assert tokenizer.decode(suffix) == tiny.tool_suffix(example.tool_reply)
+    assert tokenizer.decode(suffix) == tiny.tool_suffix(reply)
 
     add_response_schema(tokenizer)  # what GRPOTrainer does for Qwen3's template
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": example.prompt}], tools=list(example.tools), add_generation_prompt=True
     )
     prompt = prompt["input_ids"] if hasattr(prompt, "keys") else prompt
-    turn = tokenizer(tiny.call_turn(example.call) + tiny.EOS, add_special_tokens=False)["input_ids"]
+    turn = tokenizer(tiny.call_turn(call) + tiny.EOS, add_special_tokens=False)["input_ids"]
     parsed = parse_response(tokenizer, turn, prefix=list(prompt))
-    assert parsed["tool_calls"][0]["function"] == json.loads(example.call)
+    assert parsed["tool_calls"][0]["function"] == json.loads(call)
 
 
 @pytest.fixture(scope="module")

@@ -24,13 +24,14 @@ from grpo_exp.errors import UserError
 from grpo_exp.rewards.compose import build_rewards, check_answered
 from grpo_exp.tracking.metrics import read_eval_metrics, read_metrics, summarize
 from grpo_exp.tracking.outcome import format_outcome
-from tests.conftest import ROOT
+from tests.conftest import QUICK_STORE_MODEL, ROOT
 from tests.test_train_e2e import run_training
 
 FIXTURE = "tests/fixtures/environments.py"
 LIMIT_S = 2  # the tests' agent.tool_timeout_s
 SLACK_S = 3  # a loaded machine's delay past a time limit
-SHORT = ("+recipe=support_env", "logger=none", "grpo.max_steps=2", "grpo.eval_on_start=false", "threads=1")
+SHORT = ("+recipe=support_env", *QUICK_STORE_MODEL, "logger=none", "grpo.max_steps=2", "grpo.eval_on_start=false")
+SHORT += ("threads=1",)
 
 
 @pytest.fixture
@@ -282,7 +283,7 @@ def test_a_get_reward_that_hangs_under_on_timeout_fail_stops_at_once(envs):
 @pytest.mark.parametrize(
     ("want", "actions", "reward"),
     [
-        ("refund", [("lookup_order", "SO4706", {}), ("escalate", "SO4706", {"note": "已发货"})], 1.0),  # shipped
+        ("refund", [("lookup_order", "SO4706", {}), ("escalate", "SO4706", {"reason": "不想要了"})], 1.0),  # shipped
         ("replace", [("replace", "SO4706", {"reason": "坏了"})], 1.0),
         ("replace", [("replace", "SO4706", {"reason": "坏了"})] * 2, 0.0),  # done twice
         ("refund", [("refund", "SO4706", {"reason": "不要了"})], 0.0),  # an ineligible refund, refused

@@ -46,7 +46,7 @@ class SupportStore:
         """Look up an order's status, item and amount.
 
         Args:
-            order_id: The order number the customer gave, e.g. SO2405.
+            order_id: The order number the customer gave.
         """
         order = self._order(order_id)
         return f"订单 {order['order_id']}（{order['item']}，{order['amount']} 元）：{order['status']}"
@@ -55,7 +55,7 @@ class SupportStore:
         """Refund an order that has not shipped yet.
 
         Args:
-            order_id: The order number the customer gave, e.g. SO2405.
+            order_id: The order number the customer gave.
             reason: Why the customer wants the refund, in their words.
         """
         order = self._order(order_id)
@@ -70,7 +70,7 @@ class SupportStore:
         """Send a replacement for an order that has shipped.
 
         Args:
-            order_id: The order number the customer gave, e.g. SO2405.
+            order_id: The order number the customer gave.
             reason: What is wrong with the item, in the customer's words.
         """
         order = self._order(order_id)
@@ -81,12 +81,12 @@ class SupportStore:
         self.done.append(("replace", order["order_id"]))
         return f"订单 {order['order_id']} 的换货已安排"
 
-    def escalate(self, order_id: str, note: str) -> str:
+    def escalate(self, order_id: str, reason: str) -> str:
         """Hand the request to a person when the store's rules allow nothing else.
 
         Args:
-            order_id: The order number the customer gave, e.g. SO2405.
-            note: What the customer wants and why it needs a person.
+            order_id: The order number the customer gave.
+            reason: What the customer asked for, in their words.
         """
         order = self._order(order_id)
         self.done.append(("escalate", order["order_id"]))

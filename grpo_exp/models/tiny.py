@@ -243,7 +243,8 @@ def _batch(rows: list[tuple[list[int], list[int]]], budget: int, generator) -> l
 
 def _encode(tokenizer, example: Example) -> tuple[list[int], list[int]]:
     """Token ids and labels (the model's own turns learned, the rest masked) laid out as TRL lays out a
-    rollout: the prompt, the first turn, for an agent the tool's reply after it, then the final turn."""
+    rollout: the prompt, for an agent each turn that calls a tool with the tool's reply after it, then the
+    final turn."""
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": example.prompt}],
         tools=list(example.tools) or None,
@@ -251,8 +252,8 @@ def _encode(tokenizer, example: Example) -> tuple[list[int], list[int]]:
         tokenize=False,
     )
     pieces = [(prompt, False)]
-    if example.call is not None:
-        pieces += [(call_turn(example.call) + EOS, True), (tool_suffix(example.tool_reply or ""), False)]
+    for call, reply in example.turns:
+        pieces += [(call_turn(call) + EOS, True), (tool_suffix(reply), False)]
     pieces.append((example.reply + EOS, True))
     ids: list[int] = []
     labels: list[int] = []

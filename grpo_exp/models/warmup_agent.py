@@ -54,7 +54,8 @@ def support_agent(rng: random.Random, count: int, recipe: TinyRecipe) -> list[Ex
         reply, ok = _run(name, arguments)
         stated = ok and name == record["tool"] and rng.random() < recipe.fact_share
         final = STATED[name].format(fact=_fact(name, reply)) if stated else rng.choice(VAGUE)
-        examples.append(Example("support_agent", record["prompt"], final, schemas, call_json(name, arguments), reply))
+        turns = ((call_json(name, arguments), reply),)
+        examples.append(Example("support_agent", record["prompt"], final, schemas, turns))
     return examples
 
 
