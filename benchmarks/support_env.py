@@ -85,7 +85,7 @@ def play(model_dir: Path, config: dict[str, Any], seed: int) -> dict[str, float]
             prompt = list(tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
                                                         tokenize=True, return_dict=False))  # fmt: skip
             first = generate([prompt], limit)
-            played, _ = continue_with_tools(tokenizer, generate, [prompt], first, tools, limit, rounds)
+            played, _ = continue_with_tools(tokenizer, generate, [prompt], first, [tools], limit, rounds)
             calls = [m["tool_calls"][0]["function"] for m in played[0] if m.get("tool_calls")]
             looked += bool(calls) and calls[0]["name"] == "lookup_order" and (
                 calls[0].get("arguments") or {}

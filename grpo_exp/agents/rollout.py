@@ -4,7 +4,9 @@ The reward probe and the adaptive profile sample the policy without a trainer; f
 they must see what training sees: the model's first turn parsed for tool calls, each call run and its
 result (or error) sent back as a ``tool`` message framed by the chat template, the model going on
 from there, up to ``grpo.max_tool_calling_iterations`` rounds, and every token of it, tool replies
-included, counted against ``grpo.max_completion_length``. Parsing and framing are TRL's own.
+included, counted against ``grpo.max_completion_length``. Parsing and framing are TRL's own. Each
+completion has its own tools, as in TRL with environments: its environment instance's methods (and
+the job's stateless tools), so one rollout's calls act on its own state only.
 """
 
 from __future__ import annotations
@@ -78,14 +80,16 @@ def continue_with_tools(
     generate: Generate,
     prompts: list[list[int]],
     completions: list[list[int]],
-    tools: Sequence[Callable[..., Any]],
+    tools: Sequence[Sequence[Callable[..., Any]]],
     max_tokens: int,
     max_rounds: int | None,
 ) -> tuple[list[list[dict[str, Any]]], list[list[int]]]:
     """Each first turn (``completions``, after ``prompts``) taken through its tool calls: the messages of
-    every completion and all its tokens (tool replies included), at most ``max_tokens`` of them."""
+    every completion and all its tokens (tool replies included), at most ``max_tokens`` of them.
+
+    ``tools``: one list per completion, the tools its prompt was rendered with and its calls run on."""
     ids = [list(c) for c in completions]
-    messages = [[parse_turn(tokenizer, c, p, tools)] for c, p in zip(ids, prompts, strict=True)]
+    messages = [[parse_turn(tokenizer, c, p, t)] for c, p, t in zip(ids, prompts, tools, strict=True)]
     pending = [i for i, m in enumerate(messages) if m[-1].get("tool_calls")]
     if not pending:
         return messages, ids
@@ -93,7 +97,7 @@ def continue_with_tools(
     while pending and (max_rounds is None or rounds < max_rounds):
         inputs, going = [], []
         for i in pending:
-            replies = run_calls(messages[i][-1]["tool_calls"], tools)
+            replies = run_calls(messages[i][-1]["tool_calls"], tools[i])
             extended = ids[i] + suffix_ids(replies)
             if len(extended) > max_tokens:  # TRL drops a reply that would pass the limit and ends the rollout
                 continue
@@ -106,7 +110,7 @@ def continue_with_tools(
         turns = generate(inputs, max(max_tokens - len(ids[i]) for i in going))
         for i, turn in zip(going, turns, strict=True):
             turn = turn[: max_tokens - len(ids[i])]
-            parsed = parse_turn(tokenizer, turn, prompts[i] + ids[i], tools)
+            parsed = parse_turn(tokenizer, turn, prompts[i] + ids[i], tools[i])
             ids[i] += turn
             if parsed:
                 messages[i].append(parsed)

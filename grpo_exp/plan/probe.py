@@ -7,8 +7,9 @@ the model already earns it everywhere (at its ceiling), or because completions a
 training; the probe finds them first, from a few seconds of sampling.
 
 The base model answers a seeded sample of the training prompts (``probe.prompts``, seeded by
-``seed``, never the held-out ones) as TRL's trainer would (the adaptive profile's ``Sampler``), as
-many times as the largest group size asked about; every part scores them, staged parts included
+``seed``, never the held-out ones) as TRL's trainer would (the adaptive profile's ``Sampler``: an
+agent through its tool calls, each rollout in its own environment instance), as many times as the
+largest group size asked about; every part scores them, staged parts included
 (the question is whether each could teach once it counts). Each prompt's answers are cut into
 disjoint groups of each size (``grpo.num_generations`` and ``probe.group_sizes``), so the share of
 groups that score all alike is measured, not estimated, at each size. The verdicts use the
@@ -63,22 +64,27 @@ def probe(spec: JobSpec) -> dict[str, Any]:
     samples = sizes[-1]
     spec.layout.claim()
     _seed(settings.seed, settings.threads)
-    with library_bars_off():  # the probe's table is the output
-        model, tokenizer = models.load(settings.model, models.model_path(settings.model), spec.layout)
-        prompts = dataset.load_splits(settings.dataset, tokenizer, spec.tools)[0]
-    if spec.layout.gpu and not settings.model.quantization.load_in_4bit:
-        model = model.to(f"cuda:{spec.layout.local_rank}")
-    rows = [prompts[i] for i in sample_rows(len(prompts), settings.probe.prompts, settings.seed)]
-    sampler = Sampler(
-        model,
-        tokenizer,
-        list(spec.rewards),
-        list(spec.weights),
-        settings.grpo,
-        settings.probe.generation_batch,
-        spec.tools,
-    )
-    sampled = sampler.sample(rows, samples, step=None)
+    try:
+        with library_bars_off():  # the probe's table is the output
+            model, tokenizer = models.load(settings.model, models.model_path(settings.model), spec.layout)
+            # the prompts the trainer keeps: their length counted with every tool the model is shown
+            prompts = dataset.load_splits(settings.dataset, tokenizer, spec.tools + spec.environments.tools())[0]
+        if spec.layout.gpu and not settings.model.quantization.load_in_4bit:
+            model = model.to(f"cuda:{spec.layout.local_rank}")
+        rows = [prompts[i] for i in sample_rows(len(prompts), settings.probe.prompts, settings.seed)]
+        sampler = Sampler(
+            model,
+            tokenizer,
+            list(spec.rewards),
+            list(spec.weights),
+            settings.grpo,
+            settings.probe.generation_batch,
+            spec.tools,
+            spec.environments,
+        )
+        sampled = sampler.sample(rows, samples, step=None)
+    finally:
+        spec.close_helpers()  # the processes the tools' and environments' calls ran in, with all they started
     cut = [s.truncated for s in sampled]
     parts = {
         reward.__name__: judge_part(

@@ -139,14 +139,22 @@ class AdaptiveStages:
         if self.prompts is None:
             cfg = self.spec.settings.model
             tokenizer = tokenizer or models.load_tokenizer(cfg, models.model_path(cfg))
-            self.prompts = dataset.load_splits(self.spec.settings.dataset, tokenizer, self.spec.tools)[0]
+            tools = self.spec.tools + self.spec.environments.tools()  # counted in the prompts' length, as in training
+            self.prompts = dataset.load_splits(self.spec.settings.dataset, tokenizer, tools)[0]
         return self.prompts
 
     def _profile(self, model: Any, tokenizer: Any, prompts: Any) -> dict[str, Any]:
         """Profile the policy at ``self.step`` and choose the next stage's group size; the recorded profile."""
         spec, a = self.spec, self.spec.settings.adaptive
         sampler = Sampler(
-            model, tokenizer, list(spec.rewards), list(spec.weights), spec.settings.grpo, a.generation_batch, spec.tools
+            model,
+            tokenizer,
+            list(spec.rewards),
+            list(spec.weights),
+            spec.settings.grpo,
+            a.generation_batch,
+            spec.tools,
+            spec.environments,
         )
         profiled = sample_rows(len(prompts), a.profile_prompts, spec.settings.seed + self.step)
         scores = sampler.scores([prompts[i] for i in profiled], a.samples_per_prompt, self.step)
