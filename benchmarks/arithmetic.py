@@ -15,22 +15,14 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import harness
 
 MEAN = "mean@8"
-
-
-def run_one(seed: int, workdir: Path, extra: list[str]) -> Path:
-    out = workdir / f"arithmetic-{seed}"
-    harness.run_py("+recipe=arithmetic", f"seed={seed}", "logger=none", *extra, job=out, check=True)
-    return out
 
 
 def figures(out: Path) -> dict:
@@ -66,19 +58,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
-    p.add_argument("--set", nargs="*", default=[], help="extra run.py overrides")
-    p.add_argument("--out", type=Path, help="keep the job folders here (default: a temporary folder)")
-    p.add_argument("--tabulate", type=Path, nargs="+", help="job folders of finished runs: print their table")
-    args = p.parse_args()
-    if args.tabulate:
-        print(table([figures(path) for path in args.tabulate]))
-        return
-    with tempfile.TemporaryDirectory() as scratch:
-        workdir = args.out or Path(scratch)
-        rows = [figures(run_one(seed, workdir, args.set)) for seed in args.seeds]
-    print(table(rows))
+    harness.recipe_over_seeds(__doc__, "arithmetic", figures, table)
 
 
 if __name__ == "__main__":

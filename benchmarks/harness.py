@@ -269,6 +269,33 @@ def run_job(*overrides: str, job: Path, **kwargs: Any) -> Job:
     return Job(job, run_py(*overrides, job=job, **kwargs))
 
 
+def recipe_over_seeds(
+    doc: str, recipe: str, figures: Callable[[Path], dict[str, Any]], table: Callable[[list[dict[str, Any]]], str]
+) -> None:
+    """The command line of a benchmark that runs ``+recipe=<recipe>`` once per seed (``logger=none``) and
+    prints ``table`` of each finished job's ``figures``: ``--seeds``, ``--set`` (more overrides), ``--out``
+    (keep the job folders) and ``--tabulate`` (finished job folders, nothing run)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
+    parser.add_argument("--set", nargs="*", default=[], help="extra run.py overrides")
+    parser.add_argument("--out", type=Path, help="keep the job folders here (default: a temporary folder)")
+    parser.add_argument("--tabulate", type=Path, nargs="+", help="job folders of finished runs: print their table")
+    args = parser.parse_args()
+    if args.tabulate:
+        print(table([figures(path) for path in args.tabulate]))
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        workdir = args.out or Path(scratch)
+        rows = []
+        for seed in args.seeds:
+            out = workdir / f"{recipe}-{seed}"
+            run_py(f"+recipe={recipe}", f"seed={seed}", "logger=none", *args.set, job=out, check=True)
+            rows.append(figures(out))
+    print(table(rows))
+
+
 def load_average() -> str:
     """The 1, 5 and 15-minute load averages, for a benchmark to print beside its timings."""
     return "/".join(f"{x:.2f}" for x in os.getloadavg())

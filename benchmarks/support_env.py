@@ -2,7 +2,7 @@
 
 For each seed, one run as docs/environments.md gives it (``python run.py +recipe=support_env``, no W&B).
 Its held-out episode success (the store's ``get_reward`` on requests about the 8 orders training never
-sees, 8 episodes each) comes from the job's own evaluations, before the first step and after the last.
+sees, 4 episodes each) comes from the job's own evaluations, before the first step and after the last.
 
 Then the benchmark plays held-out episodes itself, from the model the job started from and from the one
 it saved, TRL's tool loop outside the trainer (``grpo_exp.agents.rollout``), each against a fresh store,
@@ -19,11 +19,9 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import collections
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import harness
 from benchmarks.task_job import load
 
-EPISODES = 8  # episodes played per held-out request and model
+EPISODES = 4  # episodes played per held-out request and model (32 requests)
 ACTIONS = ("refund", "replace", "escalate")
-
-
-def run_one(seed: int, workdir: Path, extra: list[str]) -> Path:
-    out = workdir / f"support_env-{seed}"
-    harness.run_py("+recipe=support_env", f"seed={seed}", "logger=none", *extra, job=out, check=True)
-    return out
 
 
 def play(model_dir: Path, config: dict[str, Any], seed: int) -> dict[str, float]:
@@ -71,12 +63,12 @@ def play(model_dir: Path, config: dict[str, Any], seed: int) -> dict[str, float]
             turns.append(out[0, len(ids) :].tolist())
         return turns
 
-    statuses = {oid: order["status"] for oid, order in order_table().items()}
+    statuses = {oid: order["status"] for oid, order in order_table().items()}  # where a row gives no status
     rows = [r for r in read_records(shipped_file("support_env.jsonl")) if r["held_out"]]
     wins: dict[str, list[float]] = collections.defaultdict(list)
     looked = 0
     for row in rows:
-        right = right_action(statuses[row["order_id"]], row["want"])
+        right = right_action(row.get("status") or statuses[row["order_id"]], row["want"])
         for _ in range(EPISODES):
             store = SupportStore()
             store.reset(**row)
@@ -87,9 +79,11 @@ def play(model_dir: Path, config: dict[str, Any], seed: int) -> dict[str, float]
             first = generate([prompt], limit)
             played, _ = continue_with_tools(tokenizer, generate, [prompt], first, [tools], limit, rounds)
             calls = [m["tool_calls"][0]["function"] for m in played[0] if m.get("tool_calls")]
-            looked += bool(calls) and calls[0]["name"] == "lookup_order" and (
-                calls[0].get("arguments") or {}
-            ).get("order_id") == row["order_id"]
+            looked += (
+                bool(calls)
+                and calls[0]["name"] == "lookup_order"
+                and (calls[0].get("arguments") or {}).get("order_id") == row["order_id"]
+            )
             wins[right].append(store.get_reward())
     every = [w for scores in wins.values() for w in scores]
     return {
@@ -100,14 +94,15 @@ def play(model_dir: Path, config: dict[str, Any], seed: int) -> dict[str, float]
     }
 
 
-def figures(out: Path, seed: int) -> dict[str, Any]:
-    """One finished run: its own held-out evaluations and the episodes played from both its models."""
+def figures(out: Path) -> dict[str, Any]:
+    """One finished run: its own held-out evaluations and the episodes played from both its models
+    (sampled with the job's seed)."""
     from benchmarks.task_job import TaskJob
     from grpo_exp.folder import read_yaml
 
-    job = harness.Job(out)
-    summary = job.summary()
+    summary = harness.Job(out).summary()
     config = read_yaml(out / "config.yaml")
+    seed = config["seed"]
     started = TaskJob.read(out).starting_model
     return {
         "run": out.name,
@@ -148,19 +143,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
-    p.add_argument("--set", nargs="*", default=[], help="extra run.py overrides")
-    p.add_argument("--out", type=Path, help="keep the job folders here (default: a temporary folder)")
-    p.add_argument("--tabulate", type=Path, nargs="+", help="job folders of finished runs: print their table")
-    args = p.parse_args()
-    if args.tabulate:
-        print(table([figures(path, i) for i, path in enumerate(args.tabulate)]))
-        return
-    with tempfile.TemporaryDirectory() as scratch:
-        workdir = args.out or Path(scratch)
-        rows = [figures(run_one(seed, workdir, args.set), seed) for seed in args.seeds]
-    print(table(rows))
+    harness.recipe_over_seeds(__doc__, "support_env", figures, table)
 
 
 if __name__ == "__main__":

@@ -280,14 +280,21 @@ def test_a_get_reward_that_hangs_under_on_timeout_fail_stops_at_once(envs):
 # -- the shipped store and the episode metrics ----------------------------------------------------------
 
 
+LOOKUP = ("lookup_order", "SO4706", {})
+
+
 @pytest.mark.parametrize(
     ("want", "actions", "reward"),
     [
-        ("refund", [("lookup_order", "SO4706", {}), ("escalate", "SO4706", {"reason": "不想要了"})], 1.0),  # shipped
-        ("replace", [("replace", "SO4706", {"reason": "坏了"})], 1.0),
-        ("replace", [("replace", "SO4706", {"reason": "坏了"})] * 2, 0.0),  # done twice
-        ("refund", [("refund", "SO4706", {"reason": "不要了"})], 0.0),  # an ineligible refund, refused
-        ("replace", [("replace", "SO2405", {"reason": "坏了"})], 0.0),  # not the request's order
+        ("refund", [LOOKUP, ("escalate", "SO4706", {"reason": "不想要了"})], 1.0),  # shipped: a person decides
+        ("replace", [LOOKUP, ("replace", "SO4706", {"reason": "坏了"})], 1.0),
+        ("replace", [LOOKUP, LOOKUP, ("replace", "SO4706", {"reason": "坏了"})], 1.0),  # looking twice is harmless
+        ("replace", [("replace", "SO4706", {"reason": "坏了"})], 0.0),  # acted without reading the state: refused
+        ("replace", [LOOKUP, *[("replace", "SO4706", {"reason": "坏了"})] * 2], 0.0),  # done twice
+        ("refund", [LOOKUP, ("refund", "SO4706", {"reason": "不要了"})], 0.0),  # an ineligible refund, refused
+        ("refund", [LOOKUP, ("refund", "SO4706", {"reason": "不要了"}), ("escalate", "SO4706", {"reason": "x"})], 0.0),
+        ("replace", [("lookup_order", "SO2405", {}), ("replace", "SO2405", {"reason": "坏了"})], 0.0),  # not the
+        # request's order
     ],
 )
 def test_the_store_rewards_the_right_action_once_on_the_right_order(want, actions, reward):
@@ -297,6 +304,27 @@ def test_the_store_rewards_the_right_action_once_on_the_right_order(want, action
         with contextlib.suppress(ValueError):  # the store refuses what its rules forbid
             getattr(store, name)(order_id=order, **arguments)
     assert store.get_reward() == reward
+
+
+def test_the_rows_status_is_the_orders_state_in_that_episode():
+    """One order, one request, two days: the row's status decides the right action, and the lookup shows it."""
+    rewards = {}
+    for status in ("待发货", "派送中"):
+        store = SupportStore()
+        store.reset(order_id="SO4706", want="refund", status=status)
+        assert store.lookup_order(order_id="SO4706").endswith(f"：{status}")
+        with contextlib.suppress(ValueError):
+            store.refund(order_id="SO4706", reason="不想要了")
+        rewards[status] = store.get_reward()
+    assert rewards == {"待发货": 1.0, "派送中": 0.0}  # a refund once shipped is refused
+
+
+def test_an_action_before_a_lookup_is_refused_with_what_to_do():
+    store = SupportStore()
+    store.reset(order_id="SO4706", want="replace")
+    with pytest.raises(ValueError, match="请先查询订单 SO4706"):
+        store.replace(order_id="SO4706", reason="坏了")
+    assert store.done == [] and store.refused == ["replace"]
 
 
 def test_the_store_rules_depend_on_the_orders_state():

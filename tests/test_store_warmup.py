@@ -14,7 +14,7 @@ from grpo_exp.agents.store import SupportStore, right_action
 from grpo_exp.agents.tools import order_table
 from grpo_exp.config.schema import TinyRecipe
 from grpo_exp.models import tiny, warmup
-from grpo_exp.models.warmup_store import store_schemas, support_store
+from grpo_exp.models.warmup_store import forbidden, store_schemas, support_store
 
 EPISODES = 2000
 LOOKUP = re.compile(r"订单 (\S+)（(.+)，(\d+) 元）：(.+)")  # the store's lookup_order reply
@@ -62,13 +62,17 @@ def test_each_reply_is_what_the_store_says_to_that_call(episodes):
     assert replayed > EPISODES / 2
 
 
-def test_the_right_action_comes_in_the_recipes_share_after_a_lookup_in_most(episodes):
+def test_the_action_follows_the_state_the_right_way_round_in_the_recipes_share(episodes):
+    """After a lookup the action is the rules' in tool_share of episodes, else the one the state forbids:
+    either way the state decides it, so the model learns to read the state."""
     looked = [ex for ex in episodes if _calls(ex)[0][0] == "lookup_order"]
     right = 0
     for example in looked:
         want = "refund" if "退款" in example.prompt else "replace"
         status = LOOKUP.fullmatch(example.turns[0][1]).group(4)
-        right += _calls(example)[1][0] == right_action(status, want)
+        action = _calls(example)[1][0]
+        assert action in (right_action(status, want), forbidden(status))
+        right += action == right_action(status, want)
     assert 0.8 < len(looked) / EPISODES < 0.9
     assert right / len(looked) == pytest.approx(0.4, abs=0.04)
 
@@ -106,3 +110,13 @@ def test_a_multi_turn_episode_is_laid_out_as_trl_lays_out_its_rollout():
         prefix = tokenizer(before, add_special_tokens=False)["input_ids"]
         assert parse_response(tokenizer, turn, prefix=prefix)["tool_calls"][0]["function"] == json.loads(call)
         before += tiny.call_turn(call) + tiny.EOS + tiny.tool_suffix(reply)
+
+
+@pytest.mark.parametrize("status", ["待发货", "已发货", "运输中", "派送中"])
+def test_the_action_a_state_forbids_is_never_right_and_the_store_refuses_it(status):
+    store = SupportStore()
+    store.reset(order_id="SO4706", want="refund", status=status)
+    store.lookup_order(order_id="SO4706")
+    assert all(forbidden(status) != right_action(status, want) for want in ("refund", "replace"))
+    with pytest.raises(ValueError):
+        getattr(store, forbidden(status))(order_id="SO4706", reason="不想要了")

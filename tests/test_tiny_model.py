@@ -65,16 +65,24 @@ def test_a_habit_phase_follows_the_warm_up_on_its_own_corpus_steps_and_rate(tmp_
     phases = []
     real = tiny.warm_up
 
-    def recorded(model, tokenizer, corpus, recipe, steps, lr):
-        phases.append((steps, lr, sum("=" not in example.reply for example in corpus) / len(corpus)))
-        real(model, tokenizer, corpus, recipe, steps, lr)
+    def recorded(model, tokenizer, corpus, recipe, steps, lr, rise=0):
+        phases.append((steps, lr, sum("=" not in example.reply for example in corpus) / len(corpus), rise))
+        real(model, tokenizer, corpus, recipe, steps, lr, rise)
 
     monkeypatch.setattr(tiny, "warm_up", recorded)
-    tiny.build(task, tmp_path)
-    assert phases == [(3, SMALL.sft_lr, 0.0), (4, 1e-4, 1.0)]  # worked replies first, then the habit
+    tiny.build(dataclasses.replace(task, sft_warmup_steps=2), tmp_path)
+    assert phases == [(3, SMALL.sft_lr, 0.0, 2), (4, 1e-4, 1.0, 0)]  # worked replies (rising), then the habit
     (tmp_path / "none").mkdir()
     tiny.build(dataclasses.replace(task, habit_steps=0), tmp_path / "none")
     assert len(phases) == 3
+
+
+def test_the_warm_up_rate_rises_over_its_first_steps_within_the_decay():
+    steps = 100
+    assert [tiny.rate_factor(s, steps, 0) for s in range(steps)] == [1 - s / steps for s in range(steps)]
+    rising = [tiny.rate_factor(s, steps, 10) for s in range(steps)]
+    assert rising[0] == pytest.approx(0.1) and rising[9] == pytest.approx(0.91)
+    assert rising[:10] == sorted(rising[:10]) and rising[10:] == [1 - s / steps for s in range(10, steps)]
 
 
 def test_the_build_is_the_same_whatever_threads_the_job_set(tmp_path):

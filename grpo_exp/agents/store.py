@@ -1,15 +1,21 @@
 """The shipped orders store (``agent.environment=support_store``): the support agent in a world it changes.
 
 Each rollout gets its own copy of the shipped order table (grpo_exp/data/agents/orders.jsonl) and one
-customer request (the dataset row's ``order_id`` and ``want``: ``refund`` or ``replace``). The store's
-rules decide what is right:
+customer request (the dataset row's ``order_id`` and ``want``: ``refund`` or ``replace``); a row's
+``status``, when it has one, is the order's state as the customer writes (an order is at one stage one
+day and another the next), so the same order and request can call for different actions and only
+reading the state tells which. The store's rules decide what is right:
 
 - a refund only for an order not yet shipped (status 待发货);
 - a replacement only for an order that has shipped (已发货, 运输中, 派送中);
-- anything else the customer asks for goes to a person (``escalate``).
+- anything else the customer asks for goes to a person (``escalate``);
+- and no action on an order nobody has looked up in this episode: the desk acts on the order's state,
+  not on the customer's word (an action before a lookup is refused).
 
 ``get_reward`` reads the final state: 1.0 when exactly one action was taken, the right one, on the
-request's order, and no refund of an ineligible order was tried; 0.0 otherwise.
+request's order, and nothing was refused; 0.0 otherwise. An agent that never reads the state can be
+right on half the shipped requests at best (always escalating, or always doing as asked): every order
+is asked for both, in states that allow each and states that don't.
 """
 
 from __future__ import annotations
@@ -35,12 +41,17 @@ def right_action(status: str, want: str) -> str:
 class SupportStore:
     """An online store's order desk: look orders up, then refund, replace or escalate them."""
 
-    def reset(self, order_id: str = "", want: str = "", **row: Any) -> None:
-        """A fresh copy of the orders and the customer's request; the prompt already states it."""
+    def reset(self, order_id: str = "", want: str = "", status: str | None = None, **row: Any) -> None:
+        """A fresh copy of the orders, the request's order in the row's ``status`` (if it gives one), and
+        the customer's request; the prompt already states it."""
         self.orders = {oid: dict(order) for oid, order in order_table().items()}
+        if status and order_id in self.orders:
+            self.orders[order_id]["status"] = status
         self.request = (order_id, want)
+        self.start_status = self.orders[order_id]["status"] if order_id in self.orders else None
         self.done: list[tuple[str, str]] = []  # (action, order id), in order
         self.refused: list[str] = []  # actions the rules forbade that the model tried anyway
+        self.looked_up: set[str] = set()  # the orders whose state the agent has read
 
     def lookup_order(self, order_id: str) -> str:
         """Look up an order's status, item and amount.
@@ -49,6 +60,7 @@ class SupportStore:
             order_id: The order number the customer gave.
         """
         order = self._order(order_id)
+        self.looked_up.add(order["order_id"])
         return f"订单 {order['order_id']}（{order['item']}，{order['amount']} 元）：{order['status']}"
 
     def refund(self, order_id: str, reason: str) -> str:
@@ -58,7 +70,7 @@ class SupportStore:
             order_id: The order number the customer gave.
             reason: Why the customer wants the refund, in their words.
         """
-        order = self._order(order_id)
+        order = self._looked_up(order_id, "refund")
         if order["status"] != NOT_SHIPPED:
             self.refused.append("refund")
             raise ValueError(f"订单 {order['order_id']} 已发货，不能直接退款")
@@ -73,7 +85,7 @@ class SupportStore:
             order_id: The order number the customer gave.
             reason: What is wrong with the item, in the customer's words.
         """
-        order = self._order(order_id)
+        order = self._looked_up(order_id, "replace")
         if order["status"] not in SHIPPED:
             self.refused.append("replace")
             raise ValueError(f"订单 {order['order_id']} 还未发货，无法换货")
@@ -88,17 +100,24 @@ class SupportStore:
             order_id: The order number the customer gave.
             reason: What the customer asked for, in their words.
         """
-        order = self._order(order_id)
+        order = self._looked_up(order_id, "escalate")
         self.done.append(("escalate", order["order_id"]))
         return f"订单 {order['order_id']} 已转人工处理"
 
     def get_reward(self) -> float:
         """1.0 for exactly the right action on the request's order and nothing refused; else 0.0."""
         order_id, want = self.request
-        original = order_table().get(order_id)
-        if original is None or self.refused:
+        if self.start_status is None or self.refused:
             return 0.0
-        return 1.0 if self.done == [(right_action(original["status"], want), order_id)] else 0.0
+        return 1.0 if self.done == [(right_action(self.start_status, want), order_id)] else 0.0
+
+    def _looked_up(self, order_id: str, action: str) -> dict[str, Any]:
+        """The order an action is about, once the agent has read its state; else the action is refused."""
+        order = self._order(order_id)
+        if order["order_id"] not in self.looked_up:
+            self.refused.append(action)
+            raise ValueError(f"请先查询订单 {order['order_id']} 的状态再处理")
+        return order
 
     def _order(self, order_id: str) -> dict[str, Any]:
         order = self.orders.get(order_id.strip())

@@ -91,6 +91,7 @@ class TinyRecipe:
     sft_steps: int = 1600
     sft_batch_tokens: int = 512
     sft_lr: float = 3e-3
+    sft_warmup_steps: int = 0  # warm-up steps whose learning rate rises linearly to sft_lr before it decays
     format_share: float = 0.1
     answer_share: float = 0.3
     cover_share: float = 0.5

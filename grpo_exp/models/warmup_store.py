@@ -1,10 +1,14 @@
 """The store agent's warm-up episodes (``+recipe=support_env``): a request, a lookup, an action, a last turn.
 
-The embedded model learns the shape of an episode in the orders store (``agents/store.py``) here, not the
-store's rules: it looks the order up (most of the time), then takes one action, and the action is the
-one the rules require in ``tool_share`` of the episodes, else one of the other two. Some episodes act
-without looking first, and some take a second action after the first (which the store scores 0), so a
-group of rollouts holds both kinds and GRPO has the difference to learn from.
+The embedded model learns the shape of an episode in the orders store (``agents/store.py``) here: it looks
+the order up (most of the time), then takes one action. In ``tool_share`` of the episodes the action is the
+one the store's rules require; in the rest it is the one the order's state forbids (a refund of a shipped
+order, a replacement of one not shipped yet), as an agent that has the rules the wrong way round would.
+Both kinds of action follow the state, so the model learns to read the state it looked up; which way
+round is right is GRPO's to learn from the store's reward. (Mistakes drawn at random taught it nothing
+about the state: its actions came out the same for shipped and unshipped orders, and GRPO drifted to
+always escalating, right on half the requests; benchmarks/support_env.md.) Some episodes act without
+looking first, and some take a second action after the first (the store scores both 0).
 
 Every episode is about an order no shipped table holds (``SO`` and four digits, with a status drawn at
 random), so the model copies the request's order number rather than recalling one, and the orders
@@ -54,7 +58,7 @@ def support_store(rng: random.Random, count: int, recipe: TinyRecipe) -> list[Ex
         store.reset(order_id=order["order_id"], want=want)
         store.orders = {order["order_id"]: order}  # the store holds the made-up order alone
         calls = [] if rng.random() < SKIP_LOOKUP_SHARE else [("lookup_order", {"order_id": order["order_id"]})]
-        action = right if rng.random() < recipe.tool_share else rng.choice([a for a in ACTIONS if a != right])
+        action = right if rng.random() < recipe.tool_share else forbidden(order["status"])
         calls.append(_action(action, order["order_id"], want, rng))
         if rng.random() < TWICE_SHARE:
             calls.append(_action(rng.choice(ACTIONS), order["order_id"], want, rng))
@@ -66,6 +70,11 @@ def support_store(rng: random.Random, count: int, recipe: TinyRecipe) -> list[Ex
             last = name if ok else "error"
         examples.append(Example("support_env", prompt, LAST_TURN[last], schemas, tuple(turns)))
     return examples
+
+
+def forbidden(status: str) -> str:
+    """The action the order's state rules out: the rules the wrong way round."""
+    return "replace" if status == NOT_SHIPPED else "refund"
 
 
 def store_schemas() -> tuple[dict[str, Any], ...]:
