@@ -286,7 +286,7 @@ def test_the_warm_up_lays_out_a_rollout_as_trl_does():
     corpus = warmup.build_corpus(TinyRecipe(scenarios={"support_agent": 1.0}, corpus_size=100, tool_share=1.0))
     tokenizer = tiny.train_tokenizer(corpus, 1000)
     example = next(ex for ex in corpus if ex.turns)
-    (call, reply), = example.turns
+    ((call, reply),) = example.turns
     tool_message = {"role": "tool", "name": "lookup_order", "content": reply}
     suffix = suffix_framer(tokenizer)([tool_message])
     assert tokenizer.decode(suffix) == tiny.tool_suffix(reply)

@@ -35,8 +35,10 @@ from grpo_exp.shipped import shipped_file
 
 log = logging.getLogger(__name__)
 
-# Bump when the build code changes in a way the recipe does not capture.
-BUILDER_VERSION = 4  # 2: the warm-up runs on BUILD_THREADS threads; 3: batches mix scenarios; 4: Qwen3's template
+# Part of every cache key: bumped whenever the build or a warm-up corpus changes in code, which the
+# recipe and the shipped files hashed beside it don't show. 2: the warm-up runs on BUILD_THREADS threads;
+# 3: batches mix scenarios; 4: Qwen3's template; 5: the store agent's wrong actions follow the state.
+BUILDER_VERSION = 5
 # The warm-up's weights depend on torch's thread count (the order of its float sums), so the
 # build pins it: the same model whichever job (`threads=1` in a parallel sweep) or machine builds it.
 BUILD_THREADS = 2
