@@ -19,7 +19,8 @@ EXTRA = {
     "dataset/hub": ["dataset.name=trl-lib/tldr"],
     "reward/custom": [f"reward.parts.main.fn={FIXTURES / 'article_rewards.py'}:reward_customer_service"],
     "reward/support_agent": ["dataset=support_agent", "agent=support"],  # the agent's columns and tools
-    "reward/support_env": ["dataset=support_env", "agent=support_env"],  # reads the store's get_reward
+    "reward/support_env": ["dataset=support_env", "agent=support_env", "model=tiny_store"],  # the store and a
+    # model warmed up acting in it
     "reward/math": ["dataset=gsm8k_sample"],  # a dataset with a reference answer per record
     # a task entry per problem, for its verifier, and a model warmed up on the task's replies
     "reward/reasoning_gym": ["dataset=reasoning_gym", "model=tiny_arithmetic"],
