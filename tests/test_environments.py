@@ -105,6 +105,21 @@ def test_a_get_reward_that_returns_no_number_fails_the_run_in_one_line_naming_th
         score(state_part(), [instance])
 
 
+def test_the_memory_plan_counts_the_environments_tools_in_every_prompt(settings):
+    """As the length filter does (trainer.py renders the environments' methods into every prompt)."""
+    from grpo_exp.dataset import prompt_tokens
+    from grpo_exp.memory.prompts import longest_prompt
+    from grpo_exp.models import load_tokenizer, model_path
+
+    cfg = settings("+recipe=support_env", *QUICK_STORE_MODEL)
+    planned = longest_prompt(cfg.dataset, cfg.model, environments=[cfg.agent.environment]).tokens
+    tokenizer = load_tokenizer(cfg.model, model_path(cfg.model))
+    rows = [json.loads(line) for line in (ROOT / "grpo_exp/data/support_env.jsonl").read_text().splitlines()]
+    tools = build_environments(cfg.agent).tools()
+    longest = max(prompt_tokens([{"role": "user", "content": r["prompt"]}], tokenizer, tools) for r in rows)
+    assert planned == longest > longest_prompt(cfg.dataset, cfg.model).tokens + 10
+
+
 def test_the_state_part_without_an_environment_is_refused(settings):
     from grpo_exp.spec import build_spec
 

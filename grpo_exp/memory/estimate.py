@@ -273,7 +273,9 @@ class _Sizes:
             notes.append(
                 "DeepSpeed bf16: 16-bit weights and gradients on the GPU, fp32 master weights and states sharded"
             )
-        prompt = longest_prompt(settings.dataset, settings.model, settings.agent.tools)
+        agent = settings.agent
+        environments = [agent.environment] if agent.environment else list(agent.environments.values())
+        prompt = longest_prompt(settings.dataset, settings.model, agent.tools, environments)
         notes.append(f"prompts: {prompt.tokens} tokens, the {prompt.source}")
         acts = activations(arch.config, residual_mode(weight_bytes, target))
         if not acts.source.startswith("cached"):

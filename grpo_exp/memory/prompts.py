@@ -30,6 +30,7 @@ CACHE_DIR = "prompt_lengths"  # under grpo_exp.cache's folder
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 # the dataset settings a count depends on
 PROMPT_SETTINGS = ("prompt_field", "chat", "system_prompt", "max_prompt_tokens", "num_samples")
+ENVIRONMENT_KEY = "environment:"  # marks an environment's spec among the tool specs the cache key and count read
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,14 @@ class PromptLength:
     source: str  # what the length was taken from
 
 
-def longest_prompt(dataset: DatasetSettings, model: ModelSettings, tools: Sequence[str] = ()) -> PromptLength:
+def longest_prompt(
+    dataset: DatasetSettings, model: ModelSettings, tools: Sequence[str] = (), environments: Sequence[str] = ()
+) -> PromptLength:
     """The padded prompt length a job's batches reach (at most ``dataset.max_prompt_tokens``), the schemas
-    of an agent's ``tools`` (``agent.tools``) included: TRL renders them into every prompt. The turns after
-    the first (tool calls, the tools' replies) count in ``grpo.max_completion_length``, as TRL counts them."""
+    of an agent's ``tools`` (``agent.tools``) and of its environments' methods (``agent.environment(s)``)
+    included: TRL renders them into every prompt. The turns after the first (tool calls, the tools'
+    replies) count in ``grpo.max_completion_length``, as TRL counts them."""
+    tools = [*tools, *(f"{ENVIRONMENT_KEY}{spec}" for spec in environments)]
     cap = dataset.max_prompt_tokens
     files = _data_files(dataset)
     if not files:
@@ -63,6 +68,16 @@ def longest_prompt(dataset: DatasetSettings, model: ModelSettings, tools: Sequen
     staging.write_text(json.dumps({"tokens": tokens, "files": [str(p) for p in files]}))
     staging.replace(path)
     return PromptLength(tokens, f"longest prompt of {names}")
+
+
+def _environment_methods(spec: str) -> list[Any]:
+    """An environment's tools as TRL shows them, bound to the class (no ``self``): nothing of it runs."""
+    import types
+
+    from grpo_exp.agents.environments import resolve_environment, tool_methods
+
+    cls = resolve_environment(spec)
+    return [types.MethodType(fn, cls) for _, fn in tool_methods(cls)]
 
 
 def _data_files(dataset: DatasetSettings) -> list[Path]:
@@ -118,7 +133,15 @@ def _count(
     from grpo_exp.models import load_tokenizer
 
     tok = load_tokenizer(model, str(tokenizer))
-    schemas = [resolve_tool(spec) for spec in tools]
+    schemas = [
+        method
+        for spec in tools
+        for method in (
+            _environment_methods(spec.removeprefix(ENVIRONMENT_KEY))
+            if spec.startswith(ENVIRONMENT_KEY)
+            else [resolve_tool(spec)]
+        )
+    ]
     lengths: list[int] = []
     for number, path in enumerate(files):
         records: list[dict[str, Any]] = read_records(path)
