@@ -52,6 +52,11 @@ class JobSpec:
     warnings: tuple[str, ...]  # the article's advice that does not stop a run
     environments: EnvironmentSet = NO_ENVIRONMENT  # TRL's environment_factory and the process it runs in
 
+    def shown_tools(self) -> tuple[Tool, ...]:
+        """Every tool the model is shown in its prompts: the stateless tools, then each environment's
+        methods (TRL renders them all into the chat template, so they count in a prompt's length)."""
+        return self.tools + self.environments.tools()
+
     def close_helpers(self) -> None:
         """End the helper processes the tools and environments run in (with all they started)."""
         _close(self.tool_runner, self.environments.runner)

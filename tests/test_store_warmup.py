@@ -10,11 +10,11 @@ import re
 
 import pytest
 
-from grpo_exp.agents.store import SupportStore, right_action
+from grpo_exp.agents.store import SupportStore, forbidden, right_action
 from grpo_exp.agents.tools import order_table
 from grpo_exp.config.schema import TinyRecipe
 from grpo_exp.models import tiny, warmup
-from grpo_exp.models.warmup_store import forbidden, store_schemas, support_store
+from grpo_exp.models.warmup_store import store_schemas, support_store
 
 EPISODES = 2000
 LOOKUP = re.compile(r"订单 (\S+)（(.+)，(\d+) 元）：(.+)")  # the store's lookup_order reply

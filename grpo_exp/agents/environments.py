@@ -47,6 +47,12 @@ def tool_methods(cls: type) -> list[tuple[str, Any]]:
     ]
 
 
+def class_tools(cls: type) -> list[Any]:
+    """The class's tools bound to the class itself, as TRL's schema reads them (no ``self``), without
+    making an instance: for checking and counting them before anything of the user's runs."""
+    return [types.MethodType(fn, cls) for _, fn in tool_methods(cls)]
+
+
 def check_environment(cls: Any, spec: str) -> None:
     """What TRL needs of an environment: a class, a ``reset``, tools it can build a schema for, and a
     ``get_reward`` (when there is one) that takes no arguments."""
@@ -59,9 +65,9 @@ def check_environment(cls: Any, spec: str) -> None:
             f"environment {spec!r} ({cls.__name__}) has no reset method: add def reset(self, **row) -> str | None, "
             "which starts each rollout"
         )
-    for name, fn in tool_methods(cls):
-        # Bound to the class, the signature drops ``self`` as TRL's (bound to an instance) does.
-        check_tool(types.MethodType(fn, cls), f"{spec}:{name}" if not is_user_spec(spec) else f"{spec}.{name}")
+    for tool in class_tools(cls):
+        name = tool.__name__
+        check_tool(tool, f"{spec}:{name}" if not is_user_spec(spec) else f"{spec}.{name}")
     reward = getattr(cls, "get_reward", None)
     if reward is not None:
         if not inspect.isfunction(reward):

@@ -26,16 +26,19 @@ from grpo_exp.agents.tools import order_table
 
 NOT_SHIPPED = "待发货"
 SHIPPED = ("已发货", "运输中", "派送中")
-ACTIONS = ("refund", "replace", "escalate")
+# The store's rules: the states each action a customer may ask for is allowed in; anything else escalates.
+ALLOWED = {"refund": (NOT_SHIPPED,), "replace": SHIPPED}
+ACTIONS = (*ALLOWED, "escalate")
 
 
 def right_action(status: str, want: str) -> str:
     """What the store's rules allow for a customer who wants ``want`` of an order in ``status``."""
-    if want == "refund" and status == NOT_SHIPPED:
-        return "refund"
-    if want == "replace" and status in SHIPPED:
-        return "replace"
-    return "escalate"
+    return want if status in ALLOWED.get(want, ()) else "escalate"
+
+
+def forbidden(status: str) -> str:
+    """The action an order in ``status`` rules out (its rules the wrong way round)."""
+    return next(action for action, states in ALLOWED.items() if status not in states)
 
 
 class SupportStore:
@@ -70,10 +73,7 @@ class SupportStore:
             order_id: The order number the customer gave.
             reason: Why the customer wants the refund, in their words.
         """
-        order = self._looked_up(order_id, "refund")
-        if order["status"] != NOT_SHIPPED:
-            self.refused.append("refund")
-            raise ValueError(f"订单 {order['order_id']} 已发货，不能直接退款")
+        order = self._allowed(order_id, "refund", "已发货，不能直接退款")
         order["status"] = "已退款"
         self.done.append(("refund", order["order_id"]))
         return f"订单 {order['order_id']} 已退款 {order['amount']} 元"
@@ -85,10 +85,7 @@ class SupportStore:
             order_id: The order number the customer gave.
             reason: What is wrong with the item, in the customer's words.
         """
-        order = self._looked_up(order_id, "replace")
-        if order["status"] not in SHIPPED:
-            self.refused.append("replace")
-            raise ValueError(f"订单 {order['order_id']} 还未发货，无法换货")
+        order = self._allowed(order_id, "replace", "还未发货，无法换货")
         order["status"] = "换货中"
         self.done.append(("replace", order["order_id"]))
         return f"订单 {order['order_id']} 的换货已安排"
@@ -110,6 +107,15 @@ class SupportStore:
         if self.start_status is None or self.refused:
             return 0.0
         return 1.0 if self.done == [(right_action(self.start_status, want), order_id)] else 0.0
+
+    def _allowed(self, order_id: str, action: str, refusal: str) -> dict[str, Any]:
+        """The looked-up order ``action`` is about, when its state allows it; else the action is refused
+        with ``refusal``."""
+        order = self._looked_up(order_id, action)
+        if order["status"] not in ALLOWED[action]:
+            self.refused.append(action)
+            raise ValueError(f"订单 {order['order_id']} {refusal}")
+        return order
 
     def _looked_up(self, order_id: str, action: str) -> dict[str, Any]:
         """The order an action is about, once the agent has read its state; else the action is refused."""

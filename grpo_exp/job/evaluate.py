@@ -349,7 +349,7 @@ def _score(spec: JobSpec, model: Any, tokenizer: Any) -> dict[str, Any]:
     from grpo_exp.training.trainer import grpo_config
 
     settings = spec.settings
-    _, held_out = dataset.load_splits(settings.dataset, tokenizer, spec.tools + spec.environments.tools())
+    _, held_out = dataset.load_splits(settings.dataset, tokenizer, spec.shown_tools())
     if held_out is None:
         raise UserError("the job holds no prompts out: give dataset.eval_fraction above 0 (or a dataset.eval_path)")
     with tempfile.TemporaryDirectory(prefix="grpo-exp-eval-") as scratch:

@@ -30,7 +30,6 @@ CACHE_DIR = "prompt_lengths"  # under grpo_exp.cache's folder
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 # the dataset settings a count depends on
 PROMPT_SETTINGS = ("prompt_field", "chat", "system_prompt", "max_prompt_tokens", "num_samples")
-ENVIRONMENT_KEY = "environment:"  # marks an environment's spec among the tool specs the cache key and count read
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,6 @@ def longest_prompt(
     of an agent's ``tools`` (``agent.tools``) and of its environments' methods (``agent.environment(s)``)
     included: TRL renders them into every prompt. The turns after the first (tool calls, the tools'
     replies) count in ``grpo.max_completion_length``, as TRL counts them."""
-    tools = [*tools, *(f"{ENVIRONMENT_KEY}{spec}" for spec in environments)]
     cap = dataset.max_prompt_tokens
     files = _data_files(dataset)
     if not files:
@@ -55,12 +53,12 @@ def longest_prompt(
     if tokenizer is None:
         return PromptLength(cap, f"dataset.max_prompt_tokens={cap} (no tokenizer of {model.name_or_path} here)")
     names = ", ".join(path.name for path in files)
-    path = cache_root() / CACHE_DIR / f"{_key(dataset, files, tokenizer, tools)}.json"
+    path = cache_root() / CACHE_DIR / f"{_key(dataset, files, tokenizer, tools, environments)}.json"
     try:
         return PromptLength(int(json.loads(path.read_text(encoding="utf-8"))["tokens"]), f"longest prompt of {names}")
     except (OSError, ValueError, KeyError):
         pass
-    tokens = _count(dataset, model, files, tokenizer, tools)
+    tokens = _count(dataset, model, files, tokenizer, tools, environments)
     if tokens is None:  # every prompt is too long: the job refuses that itself
         return PromptLength(cap, f"dataset.max_prompt_tokens={cap} (no prompt of {names} is within it)")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,16 +66,6 @@ def longest_prompt(
     staging.write_text(json.dumps({"tokens": tokens, "files": [str(p) for p in files]}))
     staging.replace(path)
     return PromptLength(tokens, f"longest prompt of {names}")
-
-
-def _environment_methods(spec: str) -> list[Any]:
-    """An environment's tools as TRL shows them, bound to the class (no ``self``): nothing of it runs."""
-    import types
-
-    from grpo_exp.agents.environments import resolve_environment, tool_methods
-
-    cls = resolve_environment(spec)
-    return [types.MethodType(fn, cls) for _, fn in tool_methods(cls)]
 
 
 def _data_files(dataset: DatasetSettings) -> list[Path]:
@@ -117,31 +105,33 @@ def _hub_snapshot(repo: str) -> Path | None:
     return found[-1].parent if found else None
 
 
-def _key(dataset: DatasetSettings, files: list[Path], tokenizer: Path, tools: Sequence[str]) -> str:
+def _key(
+    dataset: DatasetSettings, files: list[Path], tokenizer: Path, tools: Sequence[str], environments: Sequence[str]
+) -> str:
     stamp = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
     stamp += [(str(p), p.stat().st_mtime_ns) for p in (tokenizer / n for n in TOKENIZER_FILES) if p.is_file()]
     fields = {k: getattr(dataset, k) for k in PROMPT_SETTINGS}
-    return hashlib.sha256(json.dumps([stamp, fields, list(tools)], default=str).encode()).hexdigest()[:20]
+    shown = [list(tools), list(environments)]
+    return hashlib.sha256(json.dumps([stamp, fields, shown], default=str).encode()).hexdigest()[:20]
 
 
 def _count(
-    dataset: DatasetSettings, model: ModelSettings, files: list[Path], tokenizer: Path, tools: Sequence[str]
+    dataset: DatasetSettings,
+    model: ModelSettings,
+    files: list[Path],
+    tokenizer: Path,
+    tools: Sequence[str],
+    environments: Sequence[str],
 ) -> int | None:
     """The longest prompt within the cap, counted as ``grpo_exp.dataset`` filters them."""
+    from grpo_exp.agents.environments import class_tools, resolve_environment
     from grpo_exp.agents.tools import resolve_tool
     from grpo_exp.dataset import format_prompt, prompt_tokens
     from grpo_exp.models import load_tokenizer
 
     tok = load_tokenizer(model, str(tokenizer))
-    schemas = [
-        method
-        for spec in tools
-        for method in (
-            _environment_methods(spec.removeprefix(ENVIRONMENT_KEY))
-            if spec.startswith(ENVIRONMENT_KEY)
-            else [resolve_tool(spec)]
-        )
-    ]
+    schemas = [resolve_tool(spec) for spec in tools]
+    schemas += [tool for spec in environments for tool in class_tools(resolve_environment(spec))]
     lengths: list[int] = []
     for number, path in enumerate(files):
         records: list[dict[str, Any]] = read_records(path)

@@ -24,7 +24,7 @@ from typing import Any
 
 from grpo_exp.agents.environments import tool_methods
 from grpo_exp.agents.runner import describe
-from grpo_exp.agents.store import ACTIONS, NOT_SHIPPED, SHIPPED, SupportStore, right_action
+from grpo_exp.agents.store import ACTIONS, NOT_SHIPPED, SHIPPED, SupportStore, forbidden, right_action
 from grpo_exp.agents.tools import call_json, order_table, tool_schemas
 from grpo_exp.config.schema import TinyRecipe
 from grpo_exp.models.examples import Example
@@ -70,11 +70,6 @@ def support_store(rng: random.Random, count: int, recipe: TinyRecipe) -> list[Ex
             last = name if ok else "error"
         examples.append(Example("support_env", prompt, LAST_TURN[last], schemas, tuple(turns)))
     return examples
-
-
-def forbidden(status: str) -> str:
-    """The action the order's state rules out: the rules the wrong way round."""
-    return "replace" if status == NOT_SHIPPED else "refund"
 
 
 def store_schemas() -> tuple[dict[str, Any], ...]:

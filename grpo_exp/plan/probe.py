@@ -67,8 +67,8 @@ def probe(spec: JobSpec) -> dict[str, Any]:
     try:
         with library_bars_off():  # the probe's table is the output
             model, tokenizer = models.load(settings.model, models.model_path(settings.model), spec.layout)
-            # the prompts the trainer keeps: their length counted with every tool the model is shown
-            prompts = dataset.load_splits(settings.dataset, tokenizer, spec.tools + spec.environments.tools())[0]
+            # the prompts the trainer keeps, their length counted with every tool the model is shown
+            prompts = dataset.load_splits(settings.dataset, tokenizer, spec.shown_tools())[0]
         if spec.layout.gpu and not settings.model.quantization.load_in_4bit:
             model = model.to(f"cuda:{spec.layout.local_rank}")
         rows = [prompts[i] for i in sample_rows(len(prompts), settings.probe.prompts, settings.seed)]

@@ -139,8 +139,7 @@ class AdaptiveStages:
         if self.prompts is None:
             cfg = self.spec.settings.model
             tokenizer = tokenizer or models.load_tokenizer(cfg, models.model_path(cfg))
-            tools = self.spec.tools + self.spec.environments.tools()  # counted in the prompts' length, as in training
-            self.prompts = dataset.load_splits(self.spec.settings.dataset, tokenizer, tools)[0]
+            self.prompts = dataset.load_splits(self.spec.settings.dataset, tokenizer, self.spec.shown_tools())[0]
         return self.prompts
 
     def _profile(self, model: Any, tokenizer: Any, prompts: Any) -> dict[str, Any]:

@@ -117,7 +117,7 @@ def build_trainer(
         torch.set_num_threads(settings.threads)
     path = models.model_path(settings.model)
     tokenizer = models.load_tokenizer(settings.model, path)
-    prompts, held_out = dataset.load_splits(settings.dataset, tokenizer, spec.tools + spec.environments.tools())
+    prompts, held_out = dataset.load_splits(settings.dataset, tokenizer, spec.shown_tools())
     args = grpo_config(
         settings,
         spec.layout,
