@@ -290,12 +290,22 @@ def _drop_long(
     dataset: Dataset, data: DatasetSettings, tokenizer: PreTrainedTokenizerBase, source: Any, tools: Sequence[Any] = ()
 ) -> Dataset:
     before = len(dataset)
-    dataset = dataset.filter(lambda r: prompt_tokens(r["prompt"], tokenizer, tools) <= data.max_prompt_tokens)
+    lengths = [prompt_tokens(prompt, tokenizer, tools) for prompt in dataset["prompt"]]
+    dataset = dataset.select([i for i, n in enumerate(lengths) if n <= data.max_prompt_tokens])
     dropped = before - len(dataset)
     if dropped:
         log.warning("dropped %d of %d prompts longer than %d tokens", dropped, before, data.max_prompt_tokens)
     if not len(dataset):
-        raise UserError(f"every prompt of {source} is longer than dataset.max_prompt_tokens={data.max_prompt_tokens}")
+        cap = f"dataset.max_prompt_tokens={data.max_prompt_tokens}"
+        if not lengths:
+            raise UserError(f"every prompt of {source} is longer than {cap}")
+        shortest = min(lengths)
+        shown = f", with the schemas of the {len(tools)} tools the model is shown" if tools else ""
+        raise UserError(
+            f"every prompt of {source} is longer than {cap} (the shortest: {shortest} tokens{shown}): "
+            f"raise dataset.max_prompt_tokens to at least {shortest} where the model's context holds that, or use "
+            "shorter prompts (and a model whose tokenizer knows the tools' text)"
+        )
     return dataset
 
 

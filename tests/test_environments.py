@@ -392,3 +392,14 @@ def test_a_support_env_run_trains_through_trls_environment_factory(tmp_path):
     assert evaluations and all(f"eval/{TURNS}" in r for r in evaluations)  # held-out episodes run in the store too
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["episode_turns"] >= 1
+
+
+def test_prompts_too_long_with_the_environments_tools_are_refused_with_their_length(settings):
+    from grpo_exp import dataset
+    from grpo_exp.models import load_tokenizer, model_path
+
+    cfg = settings("+recipe=support_env", *QUICK_STORE_MODEL, "dataset.max_prompt_tokens=5")
+    tokenizer = load_tokenizer(cfg.model, model_path(cfg.model))
+    tools = build_environments(cfg.agent).tools()
+    with pytest.raises(UserError, match=r"max_prompt_tokens=5 \(the shortest: \d+ tokens, with the schemas of the 4 "):
+        dataset.load_splits(cfg.dataset, tokenizer, tools)

@@ -126,6 +126,8 @@ def test_unknown_shipped_dataset_lists_the_shipped_ones(settings):
         ("grpo.max_steps=-5", "grpo.max_steps=-5: give a positive step count, or -1"),
         ("grpo.max_steps=0", "grpo.max_steps=0: give a positive step count"),
         ("monitor.max_zero_std_fraction=1.5", "must lie in [0, 1]"),
+        ("model.recipe.sft_warmup_steps=-1", "model.recipe.sft_warmup_steps=-1 is out of range"),
+        ("model.recipe.sft_steps=0", "model.recipe.sft_steps=0 is out of range"),
     ],
 )
 def test_out_of_range_values(settings, override, message):

@@ -154,6 +154,8 @@ RANGES: dict[str, Bound] = {
         why="model.recipe.writing_chars is {value}: the length warm-up writing replies end near, "
         "in characters; 0 keeps the passages as they are",
     ),
+    "model.recipe.sft_steps": AT_LEAST_ONE,
+    "model.recipe.sft_warmup_steps": NON_NEGATIVE,
     **{f"model.recipe.{f.name}": WARMUP_SHARE for f in dataclasses.fields(TinyRecipe) if f.name.endswith("_share")},
 }
 # Sections whose keys only count while they are in use: an adaptive block that is off, or a model
